@@ -1,0 +1,146 @@
+"""`lenbench`: the Hydra app that runs the pipeline and evaluates one predictor or a suite.
+
+`lenbench` alone evaluates the default suite on the default world; `lenbench predictor=NAME`
+runs one; `lenbench -m predictor=a,b seed=0,1` sweeps. Each predictor's run is recorded as a
+result file, failed runs included, and the leaderboard is rebuilt at the end of a run or sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("lenbench")
+
+
+def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
+    """The (name, config) of each predictor to run: the chosen one, or every suite member."""
+    pred = OmegaConf.to_container(cfg.predictor, resolve=True)
+    if "suite" not in pred:
+        return [(pred.get("name") or pred["_target_"].rsplit(".", 1)[-1], pred)]
+    from hydra import compose
+
+    out = []
+    overrides = []
+    if HydraConfig.initialized():
+        overrides = [o for o in HydraConfig.get().overrides.task
+                     if not o.lstrip("+~").startswith("predictor")]
+    for name in pred["suite"]:
+        member = compose(config_name="config", overrides=[*overrides, f"predictor={name}"])
+        out.append((name, OmegaConf.to_container(member.predictor, resolve=True)))
+    return out
+
+
+def instantiate_predictor(pred_cfg: dict):
+    """Build a predictor from its config (`_target_` + constructor arguments)."""
+    from hydra.utils import instantiate
+
+    from lenbench.predictor import Predictor
+
+    args = {k: v for k, v in pred_cfg.items() if k != "name"}
+    if "_target_" not in args:
+        raise ValueError("a predictor config needs `_target_: module.Class` (see conf/predictor/)")
+    obj = instantiate(args, _convert_="all")
+    if not isinstance(obj, Predictor):
+        raise TypeError(f"{args['_target_']} is not a lenbench.Predictor subclass")
+    return obj
+
+
+def run(cfg: DictConfig) -> list[dict[str, Any]]:
+    """Run the pipeline for the configured predictor(s); return the result dicts written."""
+    from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
+    from lenbench.pipeline import configure_threads, prepare_world
+
+    configure_threads(cfg.get("threads"))
+    progress = bool(cfg.get("progress", True))
+    container = OmegaConf.to_container(cfg, resolve=True)
+    members = _predictor_configs(cfg)
+    predictors = [(name, pcfg, instantiate_predictor(pcfg)) for name, pcfg in members]
+    need_features = any(p.needs.features for _, _, p in predictors)
+    world = prepare_world(container, need_features=need_features, progress=progress)
+    results_dir = cfg.paths.results_dir
+    written = []
+    seed = int(cfg.seed)
+    for name, pcfg, predictor in predictors:
+        run_cfg = {**container, "predictor": pcfg}
+        try:
+            result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
+        except Exception as exc:  # recorded, and re-raised only on request
+            log.exception("predictor %s failed", name)
+            result = failed_result(world, name, pcfg, run_cfg, seed, exc)
+            save(result, results_dir)
+            written.append(result)
+            if cfg.eval.get("raise_on_error", False):
+                raise
+            continue
+        path = save(result, results_dir)
+        log.info("wrote %s", path)
+        written.append(result)
+    if cfg.eval.get("noise_floor", True):
+        ref = noise_floor_result(world, {**container, "predictor": {"name": "noise_floor"}}, seed)
+        if ref is not None:
+            save(ref, results_dir)
+            written.append(ref)
+    _summary(written)
+    return written
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _summary(results: list[dict[str, Any]]) -> None:
+    table = Table(title="lenbench results (test split)")
+    for col in ("predictor", "status", "static MAE", "95% CI", "Kendall τ", "dynamic MAE",
+                "fit s"):
+        table.add_column(col)
+    for r in results:
+        m = r.get("metrics") or {}
+        st, dy = m.get("static") or {}, m.get("dynamic") or {}
+        ci = st.get("mae_ci")
+        table.add_row(r["predictor"]["name"], r["status"], _fmt(st.get("mae")),
+                      "—" if not ci else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
+                      _fmt(st.get("kendall_tau"), 3), _fmt(dy.get("mae")),
+                      _fmt((r.get("timings") or {}).get("fit_s"), 2))
+    Console(stderr=True).print(table)
+
+
+def rebuild_leaderboard(results_dir: str, leaderboard_dir: str) -> None:
+    from lenbench.leaderboard import build_leaderboard
+
+    path = build_leaderboard(results_dir, leaderboard_dir)
+    log.info("leaderboard: %s", path)
+    print(f"leaderboard written to {path}", file=sys.stderr)
+
+
+class LeaderboardCallback(Callback):
+    """Rebuild the leaderboard once when a multirun ends (jobs skip it to avoid races)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        rebuild_leaderboard(config.paths.results_dir, config.paths.leaderboard_dir)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def _app(cfg: DictConfig) -> None:
+    run(cfg)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
+
+
+def main() -> None:
+    _app()
+
+
+if __name__ == "__main__":
+    main()

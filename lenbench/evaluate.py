@@ -1,0 +1,158 @@
+"""Evaluate one predictor under the common protocol and write its result file.
+
+Fit on train (val for early stopping), predict the test split with its labels hidden, score the
+static and (if the predictor is dynamic) the dynamic predictions, time both, and record enough of
+the config, data identity and environment that every number can be reproduced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lenbench.inputs import SplitView
+from lenbench.metrics import dynamic_metrics, noise_floor_predictions, static_metrics
+from lenbench.pipeline import World, seed_everything
+from lenbench.predictor import Predictor
+from lenbench.results import (
+    SCHEMA_VERSION,
+    config_hash,
+    environment_info,
+    git_info,
+    result_path,
+    utc_now,
+    write_result,
+)
+
+log = logging.getLogger("lenbench")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
+                 predictor_cfg: dict) -> dict[str, Any]:
+    identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval")
+                if k in cfg}
+    identity.update(predictor=predictor_cfg, seed=seed)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "error": None,
+        "kind": kind,
+        "dataset": {k: world.dataset[k] for k in ("name", "key", "n_train", "n_val", "n_test",
+                                                   "n_test_prompts", "mean_L")},
+        "model": {"name": world.model["name"], "key": world.model["key"]},
+        "predictor": {"name": name, "target": predictor_cfg.get("_target_"),
+                      "params": {k: v for k, v in predictor_cfg.items()
+                                 if k not in ("_target_", "name")},
+                      "dynamic": False},
+        "seed": seed,
+        "config_hash": config_hash(identity),
+        "metrics": None,
+        "timings": None,
+        "config": cfg,
+        "stage_keys": world.keys,
+        "generation": {k: world.generation_card.get(k) for k in (
+            "n_rows", "n_censored", "censored_rows", "real_token_fraction", "mean_L")},
+        "environment": environment_info(world.device),
+        "git": git_info(REPO_ROOT),
+        "created_at": utc_now(),
+    }
+
+
+def views(world: World, target=None) -> tuple[SplitView, SplitView, SplitView]:
+    make = lambda s: SplitView(s, world.labels, world.rows(s), world.features, target)
+    return make("train"), make("val"), make("test")
+
+
+def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, world: World,
+                       cfg: dict, seed: int) -> dict[str, Any]:
+    """Fit and score one predictor; returns the result dict (status 'ok' or raises)."""
+    ev = cfg.get("eval", {})
+    n_boot, ci = int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95))
+    result = _base_result(world, name, "predictor", cfg, seed, predictor_cfg)
+    target = world.target() if predictor.needs.target_model else None
+    train, val, test = views(world, target)
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"the train ({len(train)}) or test ({len(test)}) split is empty; raise "
+                         "dataset.n_prompts or dataset.limit, or change dataset.split")
+    test_hidden = test.hide_labels()
+    predictor.seed = seed
+    seed_everything(seed)
+    t0 = time.perf_counter()
+    predictor.fit(train, val if len(val) else None)
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pred = np.asarray(predictor.predict(test_hidden), dtype=np.float64).reshape(-1)
+    predict_s = time.perf_counter() - t0
+    if pred.shape[0] != len(test):
+        raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
+    true, groups = test.lengths, test.group_ids
+    metrics: dict[str, Any] = {
+        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=seed, ci=ci),
+        "dynamic": None,
+        "variants": {v: static_metrics(true, p, groups, n_boot=n_boot, seed=seed, ci=ci)
+                     for v, p in predictor.predict_variants(test_hidden).items()},
+    }
+    step_ms = None
+    if predictor.dynamic:
+        steps = test.steps
+        t0 = time.perf_counter()
+        rem = np.asarray(predictor.predict_remaining(test_hidden), dtype=np.float64).reshape(-1)
+        step_s = time.perf_counter() - t0
+        if rem.shape[0] != len(steps):
+            raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
+                             f"{len(steps)} steps")
+        metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
+                                             n_boot=n_boot, seed=seed, ci=ci,
+                                             n_bins=int(ev.get("progress_bins", 10)))
+        step_ms = 1000 * step_s / max(len(steps), 1)
+        result["predictor"]["dynamic"] = True
+    result["metrics"] = metrics
+    result["timings"] = {"fit_s": fit_s, "predict_s": predict_s,
+                         "predict_ms_per_request": 1000 * predict_s / len(test),
+                         "predict_ms_per_step": step_ms,
+                         "n_parameters": predictor.num_parameters()}
+    result["predictions"] = {"true": true.tolist(), "pred": pred.tolist()}
+    return result
+
+
+def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed: int,
+                  exc: BaseException) -> dict[str, Any]:
+    result = _base_result(world, name, "predictor", cfg, seed, predictor_cfg)
+    result["status"] = "failed"
+    result["error"] = {"type": type(exc).__name__, "message": str(exc),
+                       "traceback": "".join(traceback.format_exception(exc))}
+    return result
+
+
+def noise_floor_result(world: World, cfg: dict, seed: int) -> dict[str, Any] | None:
+    """The irreducible-error reference: each sample predicted by its prompt's other samples."""
+    ev = cfg.get("eval", {})
+    _, _, test = views(world)
+    true, groups = test.lengths, test.group_ids
+    pred = noise_floor_predictions(true, groups)
+    if not np.isfinite(pred).any():
+        return None  # one sample per prompt: nothing to estimate from
+    result = _base_result(world, "noise_floor", "reference", cfg, seed,
+                          {"name": "noise_floor", "rule": "median of the prompt's other samples"})
+    result["metrics"] = {
+        "static": static_metrics(true, pred, groups, n_boot=int(ev.get("n_boot", 1000)),
+                                 seed=seed, ci=float(ev.get("ci", 0.95))),
+        "dynamic": None, "variants": {}}
+    keep = np.isfinite(pred)
+    result["timings"] = {"fit_s": 0.0, "predict_s": 0.0, "predict_ms_per_request": None,
+                         "predict_ms_per_step": None, "n_parameters": None}
+    result["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist()}
+    return result
+
+
+def save(result: dict[str, Any], results_dir: str | Path) -> Path:
+    path = result_path(results_dir, result["dataset"]["name"], result["model"]["name"],
+                       result["predictor"]["name"], result["config_hash"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_result(path, result)

@@ -1,0 +1,466 @@
+"""Results folder -> leaderboard: markdown tables per (dataset, model) and PNG plots beside them.
+
+The leaderboard is a pure function of the results folder (DESIGN.md §5): no clock, no absolute path
+and no machine state goes into README.md, and everything is sorted, so rebuilding from the same
+folder gives byte-identical markdown and a diff of the leaderboard is a diff of the results.
+Failed runs and unreadable files are listed, never dropped, so missing coverage stays visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lenbench.results import config_hash, load_results, safe_name
+
+__all__ = ["build_leaderboard", "main"]
+
+DASH = "—"
+PLOT_PREFIX = "plot-"
+
+LEGEND = (
+    "MAE in tokens (static: total length; dynamic: remaining length by the OUTLETS protocol, the "
+    "per-request mean over decoding steps averaged over requests), shown as mean ± sample std over "
+    "seeds (the value alone for one seed). 95% CI: bootstrap interval over prompts, bounds "
+    "averaged over seeds. Kendall τ-b, Spearman and Within ±25% (share of requests with "
+    "|pred − true| ≤ 0.25·true) are means over seeds. Fit time, ms/request and parameter count "
+    f"come from the runs; {DASH} means not applicable. Rows in *italics* marked (ref) are "
+    "references, not predictors: *noise_floor* predicts each sample by the median length of the "
+    "other samples of its prompt, an estimate of the irreducible error that no predictor can beat."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+
+
+@dataclass
+class _Row:
+    """One table row: a predictor (or one decoding variant of it) aggregated over seeds."""
+
+    name: str
+    kind: str
+    variant: str | None
+    params_key: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""
+
+    def static(self, r: dict[str, Any]) -> dict[str, Any] | None:
+        metrics = r.get("metrics") or {}
+        if self.variant is None:
+            return metrics.get("static")
+        return (metrics.get("variants") or {}).get(self.variant)
+
+    def values(self, section: str, key: str) -> list[float]:
+        """The finite values of one metric across seeds; missing or null entries are skipped."""
+        out = []
+        for r in self.results:
+            if section == "static":
+                m = self.static(r)
+            elif section == "dynamic":
+                m = None if self.variant else (r.get("metrics") or {}).get("dynamic")
+            else:
+                m = r.get(section)
+            value = (m or {}).get(key)
+            if _is_num(value) and math.isfinite(value):
+                out.append(float(value))
+        return out
+
+    @property
+    def sort_mae(self) -> float | None:
+        vals = self.values("static", "mae")
+        return statistics.fmean(vals) if vals else None
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _mean(vals: Sequence[float]) -> float | None:
+    return statistics.fmean(vals) if vals else None
+
+
+def _params_key(r: dict[str, Any]) -> str:
+    return config_hash((r.get("predictor") or {}).get("params") or {})
+
+
+def _build_rows(ok: list[dict[str, Any]]) -> tuple[list[_Row], int]:
+    """Group ok results into rows; per row and seed keep the newest result (reruns supersede).
+
+    Returns the rows and how many superseded results were ignored.
+    """
+    rows: dict[tuple[str, str, str | None, str], _Row] = {}
+    for r in ok:
+        name, kind, pkey = r["predictor"]["name"], r["kind"], _params_key(r)
+        variants = sorted(((r.get("metrics") or {}).get("variants") or {}).keys())
+        for variant in [None, *variants]:
+            key = (name, kind, variant, pkey)
+            rows.setdefault(key, _Row(name, kind, variant, pkey)).results.append(r)
+
+    superseded = 0
+    for row in rows.values():
+        newest: dict[int, dict[str, Any]] = {}
+        for r in sorted(row.results, key=lambda r: (r["created_at"], r["_source"])):
+            newest[r["seed"]] = r
+        if row.variant is None:
+            superseded += len(row.results) - len(newest)
+        row.results = [newest[s] for s in sorted(newest)]
+
+    # Disambiguate a predictor name that was run with more than one parameter set.
+    n_params: dict[str, set[str]] = defaultdict(set)
+    for name, _, _, pkey in rows:
+        n_params[name].add(pkey)
+    for row in rows.values():
+        label = row.name if row.variant is None else f"{row.name} ({row.variant})"
+        if len(n_params[row.name]) > 1:
+            label += f" [params {row.params_key[:6]}]"
+        row.label = label
+
+    def order(row: _Row) -> tuple[Any, ...]:
+        mae = row.sort_mae
+        dyn = _mean(row.values("dynamic", "mae"))
+        return (mae is None, mae if mae is not None else (dyn if dyn is not None else math.inf),
+                row.label)
+
+    return sorted(rows.values(), key=order), superseded
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return DASH if x is None else f"{x:.{digits}f}"
+
+
+def _mean_std(vals: Sequence[float], digits: int = 1) -> str:
+    """"mean ± std" with the sample std (n-1) over seeds; the bare value for a single seed."""
+    if not vals:
+        return DASH
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f}"
+    return f"{statistics.fmean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
+
+
+def _time(x: float | None) -> str:
+    if x is None:
+        return DASH
+    if x < 1:  # sub-millisecond latencies must not all print as 0.00
+        return f"{x:.2g}"
+    if x < 10:
+        return f"{x:.2f}"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def _count(x: float | None) -> str:
+    if x is None:
+        return DASH
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def _cell(text: Any) -> str:
+    """Text safe inside a markdown table cell: one line, pipes escaped, bounded length."""
+    s = " ".join(str(text).split())
+    s = s if len(s) <= 200 else s[:197] + "..."
+    return s.replace("|", "\\|")
+
+
+def _row_cells(row: _Row) -> list[str]:
+    cis = [(row.static(r) or {}).get("mae_ci") for r in row.results]
+    cis = [c for c in cis if isinstance(c, list) and len(c) == 2]
+    ci = DASH
+    if cis:
+        ci = f"[{statistics.fmean(c[0] for c in cis):.1f}, {statistics.fmean(c[1] for c in cis):.1f}]"
+    within = _mean(row.values("static", "within_25"))
+    name = _cell(row.label)
+    if row.kind == "reference":
+        name = f"*{name}* (ref)"
+    return [
+        name,
+        _mean_std(row.values("static", "mae")),
+        ci,
+        _num(_mean(row.values("static", "kendall_tau")), 3),
+        _num(_mean(row.values("static", "spearman")), 3),
+        DASH if within is None else f"{100 * within:.1f}%",
+        _mean_std(row.values("dynamic", "mae")),
+        _time(_mean(row.values("timings", "fit_s"))),
+        _time(_mean(row.values("timings", "predict_ms_per_request"))),
+        _count(_mean(row.values("timings", "n_parameters"))),
+        str(len(row.results)),
+    ]
+
+
+_HEADER = ["Predictor", "Static MAE", "95% CI", "Kendall τ", "Spearman", "Within ±25%",
+           "Dynamic MAE", "Fit (s)", "ms/request", "Params", "Seeds"]
+_ALIGN = [":---"] + ["---:"] * (len(_HEADER) - 1)
+
+
+def _table(header: Sequence[str], align: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _scheduling_section(results: list[dict[str, Any]]) -> str:
+    """Markdown for the runs' ``scheduling`` dicts (the simulator's outcomes).
+
+    PLACEHOLDER for the scheduling simulator (specs/scheduling.md): it is called with the section's
+    ok results whenever any of them carries a ``scheduling`` dict, and whatever it returns is
+    inserted after the section's plots. It returns "" until the simulator's format is settled.
+    """
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+
+
+def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
+    """Dynamic MAE by progress bin, one line per dynamic predictor; False when there is none."""
+    from matplotlib.figure import Figure
+
+    series = []
+    for row in rows:
+        if row.variant is not None:
+            continue
+        curves = [((r.get("metrics") or {}).get("dynamic") or {}).get("mae_by_progress")
+                  for r in row.results]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        n_bins = max(len(c) for c in curves)
+        ys = []
+        for b in range(n_bins):
+            vals = [c[b] for c in curves if b < len(c) and c[b] is not None]
+            ys.append(statistics.fmean(vals) if vals else math.nan)
+        xs = [100 * (b + 0.5) / n_bins for b in range(n_bins)]
+        series.append((row.label, xs, ys))
+    if not series:
+        return False
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.subplots()
+    for label, xs, ys in series:
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xlabel("progress t / L (%), bin centre")
+    ax.set_ylabel("remaining-length MAE (tokens)")
+    ax.set_xlim(0, 100)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    return True
+
+
+def _scatter_plot(rows: list[_Row], path: Path, title: str) -> bool:
+    """Predicted vs true total length per predictor (lowest seed), log-log with the y = x line."""
+    from matplotlib.figure import Figure
+
+    panels = []
+    for row in rows:
+        if row.variant is not None:
+            continue
+        for r in row.results:  # results are sorted by seed
+            preds = r.get("predictions") or {}
+            pairs = [(t, p) for t, p in zip(preds.get("true") or [], preds.get("pred") or [],
+                                             strict=False)
+                     if isinstance(t, (int, float)) and isinstance(p, (int, float))
+                     and math.isfinite(t) and math.isfinite(p)]
+            if pairs:
+                panels.append((f"{row.label} (seed {r['seed']})", pairs))
+                break
+    if not panels:
+        return False
+    ncols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(3.0 * ncols, 3.0 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    # Log axes cannot show 0: clip to 1 token, the smallest length a response can have.
+    values = [v for _, pairs in panels for pair in pairs for v in pair]
+    lo = max(1.0, min(values) / 1.5)
+    hi = max(lo * 10, max(values) * 1.5)
+    for ax, (label, pairs) in zip(axes.flat, panels, strict=False):
+        ts = [max(t, lo) for t, _ in pairs]
+        ps = [max(p, lo) for _, p in pairs]
+        few = len(pairs) < 500  # small test sets need visible points, large ones need alpha
+        ax.scatter(ts, ps, s=12 if few else 3, alpha=0.8 if few else 0.25, linewidths=0)
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_title(label, fontsize="small")
+        ax.set_xlabel("true length")
+        ax.set_ylabel("predicted length")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# document
+
+
+def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
+             written: set[Path]) -> list[str]:
+    rows, superseded = _build_rows(ok)
+    lines = [f"## {dataset} / {model}", ""]
+
+    def distinct(field_path: tuple[str, str]) -> list[str]:
+        vals = {str((r.get(field_path[0]) or {}).get(field_path[1])) for r in ok}
+        return sorted(v for v in vals if v != "None")
+
+    info = []
+    n_test = distinct(("dataset", "n_test"))
+    n_prompts = distinct(("dataset", "n_test_prompts"))
+    if n_test:
+        info.append(f"test set: {' / '.join(n_test)} rows"
+                    + (f" from {' / '.join(n_prompts)} prompts" if n_prompts else ""))
+    ds_keys, model_keys = distinct(("dataset", "key")), distinct(("model", "key"))
+    if ds_keys:
+        info.append("dataset key " + ", ".join(f"`{k}`" for k in ds_keys))
+    if model_keys:
+        info.append("model key " + ", ".join(f"`{k}`" for k in model_keys))
+    if info:
+        text = "; ".join(info)
+        lines += [text[0].upper() + text[1:] + ".", ""]
+    if len(ds_keys) > 1 or len(model_keys) > 1:
+        lines += [("**Warning:** these results come from more than one build of the data set or "
+                  "model (several keys above); rows may not be comparable."), ""]
+
+    lines += [_table(_HEADER, _ALIGN, (_row_cells(r) for r in rows)), ""]
+    if superseded:
+        lines += [(f"{superseded} older result(s) for a predictor and seed already shown were "
+                  "superseded by newer runs and are not counted."), ""]
+    lines += [LEGEND, ""]
+
+    stem = f"{PLOT_PREFIX}{safe_name(dataset)}__{safe_name(model)}"
+    title = f"{dataset} / {model}"
+    progress = out_dir / f"{stem}-progress.png"
+    if _progress_plot(rows, progress, title):
+        written.add(progress)
+        lines += [f"![Dynamic MAE by progress, {title}]({progress.name})", ""]
+    scatter = out_dir / f"{stem}-scatter.png"
+    if _scatter_plot(rows, scatter, title):
+        written.add(scatter)
+        lines += [f"![Predicted vs true length, {title}]({scatter.name})", ""]
+
+    if any(isinstance(r.get("scheduling"), dict) for r in ok):
+        sched = _scheduling_section(ok)
+        if sched:
+            lines += [sched.rstrip("\n"), ""]
+    return lines
+
+
+def _failed_lines(failed: list[dict[str, Any]], problems: list[str]) -> list[str]:
+    lines = ["## Failed runs", ""]
+    if not failed:
+        lines += ["None.", ""]
+    else:
+        def key(r: dict[str, Any]) -> tuple[Any, ...]:
+            return (r["dataset"]["name"], r["model"]["name"], r["predictor"]["name"], r["seed"],
+                    r["_source"])
+
+        body = []
+        for r in sorted(failed, key=key):
+            err = r.get("error") or {}
+            first = (str(err.get("message", "")).strip().splitlines() or [""])[0]
+            body.append([_cell(r["dataset"]["name"]), _cell(r["model"]["name"]),
+                         _cell(r["predictor"]["name"]), str(r["seed"]),
+                         _cell(f"{err.get('type', '?')}: {first}"), f"`{_cell(r['_source'])}`"])
+        lines += [_table(["Dataset", "Model", "Predictor", "Seed", "Error", "File"],
+                         [":---"] * 3 + ["---:", ":---", ":---"], body), ""]
+    if problems:
+        lines += ["### Invalid result files", "",
+                  "These files could not be read as results and are not in any table above.", ""]
+        lines += [f"- {_cell(p)}" for p in problems]
+        lines += [""]
+    return lines
+
+
+def build_leaderboard(results_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write ``out_dir/README.md`` and its plots from ``results_dir``; return the README path.
+
+    Stale ``plot-*.png`` files from an earlier build are removed so that the folder matches the
+    markdown exactly; no other file in ``out_dir`` is touched.
+    """
+    return _build(results_dir, out_dir)[0]
+
+
+def _build(results_dir: str | Path, out_dir: str | Path) -> tuple[Path, dict[str, int], list[str]]:
+    results, problems = load_results(results_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    ok = [r for r in results if r["status"] == "ok"]
+    failed = [r for r in results if r["status"] == "failed"]
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in ok:
+        by_pair[(r["dataset"]["name"], r["model"]["name"])].append(r)
+
+    lines = [
+        "# lenbench leaderboard",
+        "",
+        (f"Built by `lenbench-leaderboard` from {len(results) + len(problems)} result file(s): "
+        f"{len(ok)} ok, {len(failed)} failed, {len(problems)} invalid. "
+        "Do not edit by hand; rebuild it from the results folder."),
+        "",
+    ]
+    if not by_pair:
+        lines += ["No successful results yet.", ""]
+    written: set[Path] = set()
+    for dataset, model in sorted(by_pair):
+        lines += _section(dataset, model, by_pair[(dataset, model)], out, written)
+    lines += _failed_lines(failed, problems)
+
+    for stale in out.glob(f"{PLOT_PREFIX}*.png"):
+        if stale not in written:
+            stale.unlink()
+    readme = out / "README.md"
+    tmp = out / ".README.md.tmp"
+    tmp.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    tmp.replace(readme)
+    counts = {"ok": len(ok), "failed": len(failed), "invalid": len(problems)}
+    return readme, counts, problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script ``lenbench-leaderboard``: rebuild the leaderboard from a results folder."""
+    parser = argparse.ArgumentParser(
+        prog="lenbench-leaderboard",
+        description="Turn a folder of lenbench result JSON files into a markdown leaderboard "
+                    "with plots.")
+    parser.add_argument("--results", default="leaderboard/results",
+                        help="folder of result JSON files (default: %(default)s)")
+    parser.add_argument("--out", default="leaderboard",
+                        help="folder for README.md and plots (default: %(default)s)")
+    args = parser.parse_args(argv)
+
+    results_dir = Path(args.results)
+    if not results_dir.is_dir():
+        print(f"lenbench-leaderboard: results folder '{results_dir}' does not exist. Run "
+              "`lenbench` first, or pass --results PATH to the folder holding the result JSON "
+              "files.", file=sys.stderr)
+        return 2
+    readme, counts, problems = _build(results_dir, args.out)
+    for p in problems:
+        print(f"warning: invalid result file {p}", file=sys.stderr)
+    print(f"wrote {readme} and its plots from {results_dir}: {counts['ok']} ok, "
+          f"{counts['failed']} failed, {counts['invalid']} invalid result file(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

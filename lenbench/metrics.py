@@ -1,0 +1,232 @@
+"""Static and dynamic metrics for length predictors, bootstrap intervals and the noise floor.
+
+Every interval is a bootstrap over *prompts*, not rows: samples of one prompt share the prompt and are
+correlated, so resampling rows would make the intervals too narrow when there are several samples
+per prompt (DESIGN.md §4).
+
+Hand-checkable example (two prompts; prompt ``a`` has two samples)::
+
+    >>> import numpy as np
+    >>> m = static_metrics(np.array([10, 20, 40]), np.array([12, 20, 30]),
+    ...                    groups=np.array(["a", "a", "b"]), n_boot=200)
+    >>> m["mae"]                 # (|12-10| + |20-20| + |30-40|) / 3 = 12 / 3
+    4.0
+    >>> m["mean_signed_error"]   # (2 + 0 - 10) / 3
+    -2.6666666666666665
+    >>> m["within_25"]           # |2| <= 2.5 yes, |0| <= 5 yes, |-10| <= 10 yes
+    1.0
+    >>> d = dynamic_metrics(step_row=np.array([0, 0, 1]), step_t=np.array([0, 1, 0]),
+    ...                     lengths=np.array([2, 4]), pred_remaining=np.array([1, 1, 4]),
+    ...                     groups=np.array([0, 1]), n_boot=0)
+    >>> d["mae"]                 # request 0: (|2-1| + |1-1|) / 2 = 0.5; request 1: |4-4| = 0
+    0.25
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["bootstrap_ratio_ci", "dynamic_metrics", "noise_floor_predictions", "static_metrics"]
+
+# Bootstrap replicates are computed in blocks so that memory stays bounded (block x n_groups ints).
+_BOOT_BLOCK = 256
+
+
+def _group_ids(groups: np.ndarray, n: int, what: str) -> np.ndarray:
+    """Map arbitrary group labels (prompt ids) to 0..G-1 so that bincount can aggregate them."""
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"{what}: groups has shape {groups.shape}, expected ({n},): pass one "
+                         "prompt id per row")
+    return np.unique(groups, return_inverse=True)[1].reshape(-1)
+
+
+def bootstrap_ratio_ci(
+    num: np.ndarray, den: np.ndarray, n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+) -> list[float] | None:
+    """Percentile interval of sum(num)/sum(den) when whole clusters are resampled with replacement.
+
+    ``num[g]`` and ``den[g]`` are per-cluster totals (e.g. summed absolute error and row count of a
+    prompt). Working on cluster totals makes each replicate a weighted sum, so 1000 replicates over
+    thousands of prompts take milliseconds. Returns None when no interval can be formed.
+    """
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    n_groups = num.shape[0]
+    if n_boot <= 0 or n_groups == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    reps = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, _BOOT_BLOCK):
+        stop = min(start + _BOOT_BLOCK, n_boot)
+        idx = rng.integers(0, n_groups, size=(stop - start, n_groups))
+        reps[start:stop] = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    alpha = (1.0 - ci) / 2.0
+    low, high = np.quantile(reps, [alpha, 1.0 - alpha])
+    return [float(low), float(high)]
+
+
+def _rank_corr(fn: Any, x: np.ndarray, y: np.ndarray) -> float | None:
+    """A rank correlation, or None where it is undefined (constant input, fewer than two rows).
+
+    None (not 0.0) because a constant predictor has no ranking at all; 0.0 would claim a measured
+    absence of correlation. The leaderboard shows None as "—".
+    """
+    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = float(fn(x, y)[0])
+    return None if np.isnan(value) else value
+
+
+def static_metrics(
+    true: np.ndarray,
+    pred: np.ndarray,
+    groups: np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> dict[str, Any]:
+    """Pointwise and rank metrics of total-length predictions, with a prompt-level bootstrap CI.
+
+    Rows whose prediction is not finite (e.g. the noise floor for a prompt with a single sample) are
+    excluded and counted in ``n_excluded`` rather than silently dropped. ``kendall_tau`` (tau-b, which
+    corrects for the many ties of integer lengths) and ``spearman`` are None when undefined.
+    """
+    true = np.asarray(true, dtype=np.float64).reshape(-1)
+    pred = np.asarray(pred, dtype=np.float64).reshape(-1)
+    if true.shape != pred.shape:
+        raise ValueError(f"static_metrics: true has {true.size} rows but pred has {pred.size}; "
+                         "predict() must return one value per row")
+    gid = _group_ids(groups, true.size, "static_metrics")
+    if not np.all(np.isfinite(true)):
+        raise ValueError("static_metrics: true lengths contain NaN/inf; check the labels")
+    keep = np.isfinite(pred)
+    n_excluded = int((~keep).sum())
+    true, pred, gid = true[keep], pred[keep], gid[keep]
+    if true.size == 0:
+        raise ValueError("static_metrics: no rows with a finite prediction to score")
+
+    err = pred - true
+    abs_err = np.abs(err)
+    g_sum = np.bincount(gid, weights=abs_err)
+    g_cnt = np.bincount(gid).astype(np.float64)
+    present = g_cnt > 0
+    return {
+        "n": int(true.size),
+        "n_excluded": n_excluded,
+        "n_prompts": int(present.sum()),
+        "mae": float(abs_err.mean()),
+        "mae_ci": bootstrap_ratio_ci(g_sum[present], g_cnt[present], n_boot, seed, ci),
+        "rmse": float(np.sqrt(np.mean(err**2))),
+        "kendall_tau": _rank_corr(stats.kendalltau, true, pred),
+        "spearman": _rank_corr(stats.spearmanr, true, pred),
+        "within_25": float(np.mean(abs_err <= 0.25 * true)),
+        "mean_signed_error": float(err.mean()),
+        "mean_true": float(true.mean()),
+        "mean_pred": float(pred.mean()),
+    }
+
+
+def dynamic_metrics(
+    step_row: np.ndarray,
+    step_t: np.ndarray,
+    lengths: np.ndarray,
+    pred_remaining: np.ndarray,
+    groups: np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    n_bins: int = 10,
+) -> dict[str, Any]:
+    """Remaining-length MAE by the OUTLETS protocol, its prompt-level CI, and MAE by progress bin.
+
+    Per request, the mean over its scored steps of |(L - t) - r_t|; then the plain mean over requests,
+    so long responses (many steps) do not dominate (DESIGN.md §4). Steps may be strided: only the
+    steps given are averaged. ``mae_by_progress[b]`` uses steps with floor(n_bins * t / L) == b, also
+    averaged per request first; it is None for a bin that no step falls in.
+    """
+    step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
+    step_t = np.asarray(step_t).reshape(-1).astype(np.int64)
+    lengths = np.asarray(lengths).reshape(-1).astype(np.int64)
+    pred_remaining = np.asarray(pred_remaining, dtype=np.float64).reshape(-1)
+    n_steps = step_row.size
+    if step_t.size != n_steps or pred_remaining.size != n_steps:
+        raise ValueError(f"dynamic_metrics: step_row ({n_steps}), step_t ({step_t.size}) and "
+                         f"pred_remaining ({pred_remaining.size}) must have one entry per step")
+    if n_steps == 0:
+        raise ValueError("dynamic_metrics: no steps to score")
+    gid = _group_ids(groups, lengths.size, "dynamic_metrics")
+    if step_row.min() < 0 or step_row.max() >= lengths.size:
+        raise ValueError(f"dynamic_metrics: step_row must index lengths (0..{lengths.size - 1})")
+    total = lengths[step_row]
+    bad = (step_t < 0) | (step_t >= total)
+    if bad.any():
+        s = int(np.argmax(bad))
+        raise ValueError(f"dynamic_metrics: step {s} has t={step_t[s]} outside [0, L={total[s]}) "
+                         f"for row {step_row[s]}; steps must satisfy 0 <= t < L (DESIGN.md §4)")
+    if not np.all(np.isfinite(pred_remaining)):
+        raise ValueError("dynamic_metrics: pred_remaining contains NaN/inf")
+
+    remaining = total - step_t
+    abs_err = np.abs(remaining - pred_remaining)
+    n_rows = lengths.size
+
+    # Per-request mean error, then per-prompt totals of those means for the bootstrap.
+    r_sum = np.bincount(step_row, weights=abs_err, minlength=n_rows)
+    r_cnt = np.bincount(step_row, minlength=n_rows)
+    scored = r_cnt > 0
+    r_mean = r_sum[scored] / r_cnt[scored]
+    r_gid = gid[scored]
+    g_sum = np.bincount(r_gid, weights=r_mean)
+    g_cnt = np.bincount(r_gid).astype(np.float64)
+    present = g_cnt > 0
+
+    # Progress bins: per (request, bin) mean, then the mean over requests present in the bin.
+    b = np.minimum((n_bins * step_t) // total, n_bins - 1)
+    cell = step_row * n_bins + b
+    c_sum = np.bincount(cell, weights=abs_err, minlength=n_rows * n_bins).reshape(n_rows, n_bins)
+    c_cnt = np.bincount(cell, minlength=n_rows * n_bins).reshape(n_rows, n_bins)
+    by_progress: list[float | None] = []
+    for k in range(n_bins):
+        has = c_cnt[:, k] > 0
+        by_progress.append(float(np.mean(c_sum[has, k] / c_cnt[has, k])) if has.any() else None)
+
+    return {
+        "n_steps": int(n_steps),
+        "n_requests": int(scored.sum()),
+        "n_prompts": int(present.sum()),
+        "mae": float(r_mean.mean()),
+        "mae_ci": bootstrap_ratio_ci(g_sum[present], g_cnt[present], n_boot, seed, ci),
+        "mae_by_progress": by_progress,
+        "mean_remaining": float(remaining.mean()),
+        "std_remaining": float(remaining.std()),
+    }
+
+
+def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Predict each sample by the median length of the *other* samples of its prompt.
+
+    Another draw from the same prompt is the best any prompt-only predictor can hope to know, so its
+    error estimates the irreducible (sampling) error. Leaving the sample itself out keeps the
+    estimate honest. NaN where a prompt has a single sample: there is nothing to predict from.
+    """
+    lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
+    gid = _group_ids(groups, lengths.size, "noise_floor_predictions")
+    out = np.full(lengths.size, np.nan)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.flatnonzero(np.diff(gid[order])) + 1
+    for rows in np.split(order, bounds):
+        k = rows.size
+        if k < 2:
+            continue
+        vals = lengths[rows]
+        # Leave-one-out median for every member: mask the diagonal, median of each row's others.
+        others = np.broadcast_to(vals, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
+        out[rows] = np.median(others, axis=1)
+    return out

@@ -1,0 +1,73 @@
+"""Target models: resolve a model config to a folder, then load it the way a hub model loads.
+
+The toy model is built by lenbench and cached like any stage; every model, toy or real, is then
+loaded with `AutoTokenizer` / `AutoModelForCausalLM.from_pretrained`, so the code path tested
+offline is the one used with real weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from lenbench.predictor import TargetModel
+from lenbench.stages import Stage, stable_hash
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def toy_config(overrides: dict):
+    """The toy model's config with the given overrides; unknown keys name the valid ones."""
+    from lenbench.models.toy import ToyModelConfig
+
+    valid = {f.name for f in fields(ToyModelConfig)}
+    unknown = set(overrides) - valid
+    if unknown:
+        raise ValueError(f"model.toy: unknown keys {sorted(unknown)}; valid: {sorted(valid)}")
+    return ToyModelConfig(**overrides)
+
+
+def resolve_model(model_cfg: dict, cache_dir: str | Path, progress: bool = True) -> tuple[str, str]:
+    """Return (folder or hub id, cache key) for a model config, building the toy model if needed."""
+    source = model_cfg.get("source", "hf")
+    if source == "toy":
+        from lenbench.models.toy import build_toy_model
+
+        cfg = toy_config(dict(model_cfg.get("toy") or {}))
+        stage = Stage(cache_dir, "toymodel", {"toy": dict(model_cfg.get("toy") or {})})
+        with stage.lock():
+            if not stage.done:
+                with stage.building() as tmp:
+                    build_toy_model(tmp, cfg, progress=progress)
+        return str(stage.path), stage.key
+    if source == "hf":
+        path = model_cfg.get("path")
+        if not path:
+            raise ValueError("model.path is empty: give a local folder or a hub id, e.g. "
+                             "model.path=meta-llama/Llama-3.2-1B-Instruct")
+        return str(path), stable_hash({"path": str(path), "revision": model_cfg.get("revision")})
+    raise ValueError(f"model.source={source!r} is unknown; use 'toy' or 'hf'")
+
+
+def load_target(path: str, dtype: str = "float32", device: str = "cpu",
+                revision: str | None = None) -> TargetModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is unknown; use one of {sorted(DTYPES)}")
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=DTYPES[dtype])
+    model.to(device).eval()
+    info = {"path": path, "revision": revision, "dtype": dtype, "device": device,
+            "num_hidden_layers": model.config.num_hidden_layers,
+            "hidden_size": model.config.hidden_size,
+            "n_parameters": sum(p.numel() for p in model.parameters())}
+    return TargetModel(model=model, tokenizer=tokenizer, device=device, info=info)

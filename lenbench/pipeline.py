@@ -1,0 +1,158 @@
+"""The pipeline: prompt source -> PromptSet -> generate -> LengthSet -> features -> evaluate.
+
+Each upstream stage is cached under a key derived from its config and its input's key (see
+`stages.py`), so evaluating a new predictor reuses labels and features. The evaluation of one
+predictor is `evaluate.py`'s job; this module only wires stages together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from lenbench.data.promptset import build_promptset, load_promptset, load_source, save_promptset
+from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
+from lenbench.generation.hf import SamplingConfig
+from lenbench.generation.runner import generate_labels
+from lenbench.models.loading import load_target, resolve_device, resolve_model
+from lenbench.predictor import TargetModel
+from lenbench.stages import Stage
+
+log = logging.getLogger("lenbench")
+
+GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_samples", "seed",
+                   "max_prompt_tokens", "keep_censored", "shard_prompts")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class World:
+    """The cached inputs every predictor is evaluated on, plus their identities."""
+
+    labels: pd.DataFrame
+    features: FeatureStore | None
+    dataset: dict
+    model: dict
+    generation_card: dict
+    target_path: str
+    keys: dict = field(default_factory=dict)
+    _target: TargetModel | None = None
+    model_cfg: dict = field(default_factory=dict)
+    device: str = "cpu"
+
+    def target(self) -> TargetModel:
+        """The live target model, loaded on first request."""
+        if self._target is None:
+            self._target = load_target(self.target_path, self.model_cfg.get("dtype", "float32"),
+                                       self.device, self.model_cfg.get("revision"))
+        return self._target
+
+    def rows(self, split: str) -> np.ndarray:
+        return np.flatnonzero(self.labels["split"].to_numpy() == split)
+
+
+def prepare_world(cfg: dict, need_features: bool, progress: bool = True) -> World:
+    """Build (or reuse) model, PromptSet, labels and, if asked, features."""
+    cache = Path(cfg["paths"]["cache_dir"])
+    device = resolve_device(cfg.get("device", "auto"))
+    model_cfg = dict(cfg["model"])
+    target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
+    world_target: list[TargetModel] = []
+
+    def target() -> TargetModel:
+        if not world_target:
+            world_target.append(load_target(target_path, model_cfg.get("dtype", "float32"),
+                                            device, model_cfg.get("revision")))
+        return world_target[0]
+
+    # build
+    ds = dict(cfg["dataset"])
+    ds_stage = Stage(cache, "promptset", {k: v for k, v in ds.items() if k != "name"})
+    with ds_stage.lock():
+        if not ds_stage.done:
+            with ds_stage.building() as tmp:
+                source_kwargs = {k: ds[k] for k in ("n_prompts", "seed") if k in ds}
+                df, card = build_promptset(
+                    load_source(ds["source"], **source_kwargs), dict(ds["split"]),
+                    salt=str(ds.get("split_salt", "lenbench")), min_words=ds.get("min_words", 1),
+                    max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
+                save_promptset(tmp, df, card)
+    prompts, ds_card = load_promptset(ds_stage.path)
+    log.info("promptset %s: %s", ds_stage.key, ds_card["splits"])
+
+    # generate
+    gen = dict(cfg["generation"])
+    if gen.get("backend", "hf") != "hf":
+        raise ValueError(f"generation.backend={gen['backend']!r} is not available yet; use 'hf'")
+    gen_stage = Stage(cache, "generate",
+                      {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}},
+                      parent=ds_stage.key)
+    with gen_stage.lock():
+        if not gen_stage.done:
+            with gen_stage.building(resume=True) as tmp:
+                tm = target()
+                sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
+                labels, card = generate_labels(
+                    prompts, tm.model, tm.tokenizer, tmp / "shards", sampling,
+                    n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
+                    shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
+                    keep_censored=gen["keep_censored"], progress=progress)
+                labels.to_parquet(tmp / "labels.parquet", index=False)
+                (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+    labels = pd.read_parquet(gen_stage.path / "labels.parquet")
+    gen_card = json.loads((gen_stage.path / "card.json").read_text())
+    if len(labels) == 0:
+        raise RuntimeError(f"generation produced no usable rows (see {gen_stage.path}/card.json)")
+
+    # features
+    features = None
+    feat_stage = None
+    if need_features:
+        fc = dict(cfg["features"])
+        fcfg = FeatureConfig(tuple(fc["roles"]), tuple(fc["poolings"]), tuple(fc["step_roles"]),
+                             int(fc["step_stride"]), int(fc.get("batch_tokens", 8192)))
+        feat_stage = Stage(cache, "features", {k: fc[k] for k in sorted(fc)}, parent=gen_stage.key)
+        with feat_stage.lock():
+            if not feat_stage.done:
+                with feat_stage.building() as tmp:
+                    extract_features(labels, target().model, tmp, fcfg, progress=progress)
+        features = FeatureStore(feat_stage.path)
+
+    split_counts = labels["split"].value_counts().to_dict()
+    test = labels[labels["split"] == "test"]
+    dataset_info = {"name": ds["name"], "key": gen_stage.key,
+                    "n_train": int(split_counts.get("train", 0)),
+                    "n_val": int(split_counts.get("val", 0)),
+                    "n_test": int(split_counts.get("test", 0)),
+                    "n_test_prompts": int(test["prompt_id"].nunique()),
+                    "mean_L": float(labels["L"].mean()), "card": ds_card,
+                    "generation": gen_card}
+    model_info = {"name": model_cfg["name"], "key": model_key, "path": target_path}
+    world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
+                  generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
+                  device=device,
+                  keys={"promptset": ds_stage.key, "generate": gen_stage.key,
+                        "features": None if feat_stage is None else feat_stage.key})
+    if world_target:
+        world._target = world_target[0]
+    return world
+
+
+def configure_threads(n: int | None) -> None:
+    """torch fixes its thread pool at import; set it per job so jobs don't oversubscribe."""
+    if n:
+        torch.set_num_threads(int(n))
+        os.environ.setdefault("OMP_NUM_THREADS", str(n))

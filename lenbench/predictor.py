@@ -1,0 +1,96 @@
+"""The Predictor contract: the one class a user subclasses to add a baseline.
+
+A predictor declares what it needs (`Needs`), learns from the train split, and predicts total
+output tokens for every row of a split. The harness, not the predictor, loads data, extracts and
+caches features, seeds, times and scores. Dynamic predictors also implement `predict_remaining`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from lenbench.inputs import SplitView
+
+ROLES = ("low", "mid", "high", "last")
+POOLINGS = ("last", "mean", "entropy")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a predictor reads; the harness computes exactly this and nothing more.
+
+    text: prompt strings. hidden: target-model layer roles (low/mid/high/last = hs[2], hs[L//2],
+    hs[L-3], hs[L]) pooled over the prompt by each name in `pooling`. steps: per-step states of
+    the `hidden` roles along the response (dynamic prediction). target_model: a handle to the
+    loaded target model and tokenizer (for predictors that run or train on the live model).
+    """
+
+    text: bool = False
+    hidden: tuple[str, ...] = ()
+    pooling: tuple[str, ...] = ("last",)
+    steps: bool = False
+    target_model: bool = False
+
+    def __post_init__(self) -> None:
+        for role in self.hidden:
+            if role not in ROLES:
+                raise ValueError(f"Needs.hidden: unknown layer role {role!r}; use one of {ROLES}")
+        for pool in self.pooling:
+            if pool not in POOLINGS:
+                raise ValueError(f"Needs.pooling: unknown pooling {pool!r}; use one of {POOLINGS}")
+
+    @property
+    def features(self) -> bool:
+        """True when the features stage (a teacher-forced target forward) must run."""
+        return bool(self.hidden) or self.steps
+
+
+@dataclass
+class TargetModel:
+    """The live target model handed to predictors that declare `Needs(target_model=True)`."""
+
+    model: Any
+    tokenizer: Any
+    device: str = "cpu"
+    info: dict = field(default_factory=dict)
+
+
+class Predictor:
+    """Base class of every length predictor.
+
+    Subclasses set `needs`, implement `fit` and `predict`, and, if they predict remaining length
+    during decoding, `predict_remaining`. Constructor arguments come from the predictor's YAML
+    file (Hydra `_target_`), so keep them plain values. `self.seed` is set by the harness before
+    `fit`; use it for every random choice.
+    """
+
+    needs: Needs = Needs()
+    seed: int = 0
+
+    def fit(self, train: SplitView, val: SplitView | None = None) -> None:
+        """Learn from the train split (labels in `train.lengths`)."""
+
+    def predict(self, split: SplitView) -> np.ndarray:
+        """Predicted total output tokens, one per row of `split`."""
+        raise NotImplementedError
+
+    def predict_remaining(self, split: SplitView) -> np.ndarray:
+        """Predicted remaining tokens at each step of `split.steps` (dynamic predictors only)."""
+        raise NotImplementedError
+
+    def predict_variants(self, split: SplitView) -> dict[str, np.ndarray]:
+        """Other decodings of the same model (e.g. bin centre vs expectation), scored alongside."""
+        return {}
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the subclass overrides `predict_remaining`."""
+        return type(self).predict_remaining is not Predictor.predict_remaining
+
+    def num_parameters(self) -> int | None:
+        """Trainable parameter count, reported in the results (None when not meaningful)."""
+        return None

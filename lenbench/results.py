@@ -1,0 +1,411 @@
+"""The result file: one schema-versioned JSON per run, at a deterministic path, written atomically.
+
+The leaderboard is a pure function of a folder of these files (DESIGN.md §5), so the format is the
+contract between a run and everything that reads it later. Shape of a result::
+
+    schema_version  1
+    status          "ok" | "failed"
+    error           null | {type, message, traceback}
+    kind            "predictor" | "reference"
+    dataset         {name, key, n_train, n_val, n_test, n_test_prompts}
+    model           {name, key}
+    predictor       {name, target, params, dynamic}
+    seed            int
+    config_hash     str  (config_hash() of the resolved config, seed included)
+    metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
+                     variants: {name: static_metrics()}}
+    timings         {fit_s, predict_s, predict_ms_per_request, predict_ms_per_step, n_parameters}
+    predictions     {true: [...], pred: [...]}       optional (test set, for plots)
+    scheduling      {...}                            optional, free-form
+    config          resolved config dict
+    environment     environment_info()
+    git             git_info()
+    created_at      ISO 8601 UTC
+
+A failed run carries the identity fields, ``error`` and whatever else it has; ``metrics`` may be
+null. ``validate_result`` enforces this so that a broken file is reported with its path and the
+field to fix instead of breaking the leaderboard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ResultError",
+    "config_hash",
+    "environment_info",
+    "git_info",
+    "load_results",
+    "result_path",
+    "utc_now",
+    "validate_result",
+    "write_result",
+]
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "failed")
+KINDS = ("predictor", "reference")
+
+
+class ResultError(ValueError):
+    """A result file that does not follow the schema; the message names the file, field and fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# identity and paths
+
+
+def config_hash(cfg: Mapping[str, Any]) -> str:
+    """Stable 12-hex-digit id of a resolved config: same config, same result path, on any machine.
+
+    Keys are sorted and non-JSON values (paths, enums) are stringified, so dict order and types that
+    round-trip to the same text do not change the hash. Include the seed in ``cfg``: runs that differ
+    only by seed must not overwrite each other.
+    """
+    text = json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
+
+
+def safe_name(name: str) -> str:
+    """A path component from a free-form name (``org/model`` -> ``org_model``), never empty or dots."""
+    cleaned = _UNSAFE.sub("_", str(name)).strip("_")
+    if set(cleaned) <= {"."}:  # "", "." and ".." would escape or collapse the folder layout
+        cleaned = cleaned.replace(".", "_") or "_"
+    return cleaned
+
+
+def result_path(
+    results_dir: str | os.PathLike[str], dataset: str, model: str, predictor: str, config_hash: str
+) -> Path:
+    """Deterministic home of a run's result: rerunning a config overwrites its own file only."""
+    return (
+        Path(results_dir)
+        / safe_name(dataset)
+        / safe_name(model)
+        / safe_name(predictor)
+        / f"{safe_name(config_hash)}.json"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def _json_default(obj: Any) -> Any:
+    """Serialise numpy scalars/arrays and paths that metrics and configs naturally contain."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
+
+
+def _sanitise_floats(obj: Any) -> Any:
+    """NaN/inf are not JSON; store them as null so that any JSON reader can load the file."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _sanitise_floats(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_sanitise_floats(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return _sanitise_floats(obj.tolist())
+    return obj
+
+
+def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
+    """Write ``result`` so that readers see either the old file or the complete new one, never half.
+
+    The JSON goes to a hidden temp file in the same folder (same filesystem, so the rename is atomic),
+    is fsynced, then ``os.replace``-d over the target. A killed run leaves at most a ``.*.tmp`` file,
+    which ``load_results`` ignores.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_sanitise_floats(result), indent=1, sort_keys=True, allow_nan=False,
+                      default=_json_default) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable; not possible on every platform
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+_REGEN = "re-run that job to regenerate the file, or delete it"
+
+
+def _fail(source: str, field: str, problem: str, fix: str = _REGEN) -> ResultError:
+    return ResultError(f"{source}: field '{field}' {problem}; fix: {fix}")
+
+
+def _get(d: Mapping[str, Any], dotted: str, source: str, prefix: str = "") -> Any:
+    """``d[a][b]`` for ``dotted`` = "a.b"; ``prefix`` is where ``d`` sits, for the error message."""
+    cur: Any = d
+    walked = prefix.split(".") if prefix else []
+    for part in dotted.split("."):
+        walked.append(part)
+        if not isinstance(cur, Mapping):
+            raise _fail(source, ".".join(walked[:-1]), "is not an object")
+        if part not in cur:
+            raise _fail(source, ".".join(walked), "is missing")
+        cur = cur[part]
+    return cur
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_type(value: Any, field: str, source: str, expected: str, nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    ok = {
+        "str": isinstance(value, str) and value != "",
+        "text": isinstance(value, str),  # may be empty, e.g. str() of a bare exception
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "number": _is_num(value),
+        "bool": isinstance(value, bool),
+        "object": isinstance(value, Mapping),
+        "list": isinstance(value, list),
+    }[expected]
+    if not ok:
+        shown = json.dumps(value, default=str)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        what = {"str": "a non-empty string", "text": "a string"}.get(expected, f"a {expected}")
+        raise _fail(source, field, f"should be {what}{' or null' if nullable else ''}, got {shown}")
+
+
+def _check_static(m: Any, field: str, source: str) -> None:
+    _check_type(m, field, source, "object")
+    _check_type(_get(m, "n", source, field), f"{field}.n", source, "int")
+    _check_type(_get(m, "mae", source, field), f"{field}.mae", source, "number")
+    ci = _get(m, "mae_ci", source, field)
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_is_num, ci))):
+        raise _fail(source, f"{field}.mae_ci", f"should be [low, high] or null, got {ci!r}")
+    for key in ("kendall_tau", "spearman", "within_25", "rmse"):
+        if key in m:
+            _check_type(m[key], f"{field}.{key}", source, "number", nullable=True)
+
+
+def _check_dynamic(m: Any, field: str, source: str) -> None:
+    _check_type(m, field, source, "object")
+    _check_type(_get(m, "mae", source, field), f"{field}.mae", source, "number")
+    bins = _get(m, "mae_by_progress", source, field)
+    _check_type(bins, f"{field}.mae_by_progress", source, "list")
+    if not all(b is None or _is_num(b) for b in bins):
+        raise _fail(source, f"{field}.mae_by_progress", "should hold numbers or nulls")
+
+
+def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
+    """Check a loaded result against the schema and return it; raise ResultError naming the field.
+
+    Checks what the leaderboard relies on, strictly, and leaves the rest free so that predictors and
+    the simulator can add fields without a schema bump.
+    """
+    if not isinstance(d, dict):
+        raise ResultError(f"{source}: a result must be a JSON object, got {type(d).__name__}; "
+                          f"fix: {_REGEN}")
+    version = _get(d, "schema_version", source)
+    if version != SCHEMA_VERSION:
+        fix = ("upgrade lenbench to read it" if _is_num(version) and version > SCHEMA_VERSION
+               else _REGEN)
+        raise _fail(source, "schema_version", f"is {version!r}, this lenbench reads "
+                    f"{SCHEMA_VERSION}", fix)
+    status = _get(d, "status", source)
+    if status not in STATUSES:
+        raise _fail(source, "status", f"is {status!r}, expected one of {list(STATUSES)}")
+    kind = _get(d, "kind", source)
+    if kind not in KINDS:
+        raise _fail(source, "kind", f"is {kind!r}, expected one of {list(KINDS)}")
+    for field in ("dataset.name", "model.name", "predictor.name", "config_hash", "created_at"):
+        _check_type(_get(d, field, source), field, source, "str")
+    _check_type(_get(d, "seed", source), "seed", source, "int")
+    for field in ("config", "environment", "git"):
+        _check_type(_get(d, field, source), field, source, "object")
+
+    if status == "failed":
+        err = _get(d, "error", source)
+        _check_type(err, "error", source, "object")
+        _check_type(_get(err, "type", source, "error"), "error.type", source, "str")
+        _check_type(_get(err, "message", source, "error"), "error.message", source, "text")
+        return d
+
+    _check_type(_get(d, "predictor.dynamic", source), "predictor.dynamic", source, "bool")
+    _check_type(_get(d, "timings", source), "timings", source, "object")
+    metrics = _get(d, "metrics", source)
+    _check_type(metrics, "metrics", source, "object")
+    static = _get(metrics, "static", source, "metrics")
+    dynamic = metrics.get("dynamic")
+    if static is None and dynamic is None:
+        raise _fail(source, "metrics", "has neither static nor dynamic metrics for an ok run",
+                    "record the metrics, or set status to 'failed' with an error")
+    if static is not None:
+        _check_static(static, "metrics.static", source)
+    if dynamic is not None:
+        _check_dynamic(dynamic, "metrics.dynamic", source)
+    variants = metrics.get("variants") or {}
+    _check_type(variants, "metrics.variants", source, "object")
+    for name, vm in variants.items():
+        _check_static(vm, f"metrics.variants.{name}", source)
+    preds = d.get("predictions")
+    if preds is not None:
+        _check_type(preds, "predictions", source, "object")
+        true = _get(preds, "true", source, "predictions")
+        pred = _get(preds, "pred", source, "predictions")
+        _check_type(true, "predictions.true", source, "list")
+        _check_type(pred, "predictions.pred", source, "list")
+        if len(true) != len(pred):
+            raise _fail(source, "predictions", f"has {len(true)} true values but {len(pred)} "
+                        "predictions")
+    if d.get("scheduling") is not None:
+        _check_type(d["scheduling"], "scheduling", source, "object")
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def load_results(results_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """All valid results under ``results_dir`` and one problem line per file that is not.
+
+    A broken file must be visible (the leaderboard lists it) but must not hide the other results.
+    Files are read in sorted path order so that everything downstream is deterministic. Each loaded
+    result gets ``_source``: its path relative to ``results_dir`` (not part of the schema).
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder '{root}' does not exist; run `lenbench` first or "
+                                "point to the folder that holds the result JSON files")
+    results: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for path in sorted(root.rglob("*.json")):
+        rel = path.relative_to(root).as_posix()
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue  # hidden files and temp files of an interrupted write
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(f"{rel}: not readable JSON ({exc}); fix: {_REGEN}")
+            continue
+        try:
+            validate_result(data, source=rel)
+        except ResultError as exc:
+            problems.append(str(exc))
+            continue
+        data["_source"] = rel
+        results.append(data)
+    return results, problems
+
+
+# ---------------------------------------------------------------------------------------------
+# provenance
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment_info(device: str | None = None) -> dict[str, Any]:
+    """Versions and hardware a number was measured on; timings mean nothing without them.
+
+    ``device`` overrides detection (pass the device the run actually used); otherwise "cuda:NAME"
+    when torch sees a GPU, else "cpu". torch is only imported if it is already installed.
+    """
+    import numpy
+
+    torch_version = _version("torch")
+    if device is None:
+        device = "cpu"
+        if torch_version is not None:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    device = f"cuda:{torch.cuda.get_device_name(0)}"
+            except (ImportError, OSError, RuntimeError):  # a broken torch must not lose a result
+                device = "cpu"
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch_version,
+        "transformers": _version("transformers"),
+        "numpy": numpy.__version__,
+        "device": device,
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def _git(path: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def git_info(path: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """The code revision a result came from, and whether uncommitted edits could have changed it.
+
+    Both values are None outside a git work tree (e.g. an installed wheel) or without a commit yet.
+    """
+    p = Path(path)
+    rev = _git(p, "rev-parse", "HEAD")
+    status = _git(p, "status", "--porcelain")
+    return {
+        "revision": rev.strip() if rev else None,
+        "dirty": None if status is None else bool(status.strip()),
+    }
+
+
+def utc_now() -> str:
+    """``created_at`` stamp: ISO 8601 in UTC with a ``Z``, second precision."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,76 @@
+"""Prediction-driven serving simulator: score length predictors by their effect on scheduling.
+
+Entry point for the evaluation pipeline: `simulate_predictions`. Building blocks: `Workload`
+(requests), `SimConfig` (every parameter), `simulate` (one run), `run_figures` (its metrics),
+time models (`TableTimeModel`, `LinearTimeModel`, `calibrate`) and reference predictors.
+Needs numpy only; the plots import matplotlib lazily.
+"""
+
+from lenbench.sim.capacity import capacity, resolve_qps, saturation_qps
+from lenbench.sim.config import SimConfig
+from lenbench.sim.engine import SimResult, simulate
+from lenbench.sim.evaluate import load_sweep, noisy_oracle_sweep, simulate_predictions
+from lenbench.sim.metrics import (
+    aggregate,
+    captured_share,
+    hol_inversion_rate,
+    kendall_tau,
+    request_metrics,
+    run_figures,
+    throughput,
+)
+from lenbench.sim.predictors import constant, noisy_oracle, one_bit, oracle, random_permutation
+from lenbench.sim.timing import (
+    A100_LLAMA3_8B,
+    H100_LLAMA3_8B,
+    LinearTimeModel,
+    TableTimeModel,
+    TimeModel,
+    calibrate,
+    get_time_model,
+)
+from lenbench.sim.workload import (
+    Workload,
+    arrival_times,
+    draw_workload,
+    load_azure_trace,
+    lognormal_lengths,
+    short_prompts,
+)
+
+__all__ = [
+    "A100_LLAMA3_8B",
+    "H100_LLAMA3_8B",
+    "LinearTimeModel",
+    "SimConfig",
+    "SimResult",
+    "TableTimeModel",
+    "TimeModel",
+    "Workload",
+    "aggregate",
+    "arrival_times",
+    "calibrate",
+    "capacity",
+    "captured_share",
+    "constant",
+    "draw_workload",
+    "get_time_model",
+    "hol_inversion_rate",
+    "kendall_tau",
+    "load_azure_trace",
+    "load_sweep",
+    "lognormal_lengths",
+    "noisy_oracle",
+    "noisy_oracle_sweep",
+    "one_bit",
+    "oracle",
+    "random_permutation",
+    "request_metrics",
+    "resolve_qps",
+    "run_figures",
+    "saturation_qps",
+    "short_prompts",
+    "simulate",
+    "simulate_predictions",
+    "throughput",
+]

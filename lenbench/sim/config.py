@@ -1,0 +1,147 @@
+"""SimConfig: every parameter of a simulation run in one recordable dataclass.
+
+One flat dataclass (rather than nested cluster/policy/workload objects) so that a Hydra group
+`sim` maps onto it key by key and so that `to_dict()` records the whole run in a result JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DISPATCH_POLICIES = ("rr", "jsq", "lb", "pow2")
+QUEUE_POLICIES = ("fcfs", "sjf")
+STARVATION_GUARDS = ("none", "aging", "promotion")
+TIME_MODELS = ("a100", "h100", "linear")
+
+# Keys a Hydra `sim` group may carry that are not simulation parameters.
+_IGNORED_KEYS = frozenset({"enabled", "_target_", "name"})
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """All parameters of a run; defaults follow specs/scheduling.md section 2 (A100, Llama-3-8B).
+
+    Cluster: `n_prefill` prefill instances with FCFS token-budget batches of at most
+    `max_prefill_tokens`; KV caches cross one shared FIFO link; `n_decode` decode instances run
+    continuous batching with at most `max_num_seqs` sequences and `kv_capacity_tokens` of KV.
+
+    Policy: `dispatch` picks the decode instance when a KV cache arrives (rr, jsq, lb = least
+    predicted outstanding tokens, pow2 = lb between two random instances); `queue` orders
+    admission on the instance (fcfs, or sjf by predicted length). `starvation` is an optional
+    guard for sjf: "aging" sorts by pred - aging_alpha * wait_s, "promotion" moves requests
+    waiting longer than `t_starve_s` to the head (FCFS among them). `baseline_*` name the
+    prediction-free reference policy that gains are measured against.
+
+    Workload: `n_requests` requests drawn with replacement from the given rows, arriving as a
+    Poisson process (gamma when `arrival_cv` != 1) at `qps`, or, when `load_factor` is set (it
+    takes precedence), at load_factor times the cluster's estimated saturation rate.
+    """
+
+    # cluster
+    n_prefill: int = 1
+    n_decode: int = 3
+    max_prefill_tokens: int = 8192
+    max_num_seqs: int = 256
+    kv_capacity_tokens: int = 400_000
+    kv_bytes_per_token: int = 131_072
+    link_bandwidth_gb_s: float = 25.0
+    link_latency_ms: float = 1.0
+    time_model: str = "a100"
+    linear_abc: tuple[float, float, float] | None = None
+    # policy
+    dispatch: str = "lb"
+    queue: str = "sjf"
+    starvation: str = "none"
+    aging_alpha: float = 0.0
+    t_starve_s: float | None = None
+    baseline_dispatch: str = "rr"
+    baseline_queue: str = "fcfs"
+    # workload and reporting
+    n_requests: int = 1914
+    qps: float | None = 100.0
+    load_factor: float | None = None
+    arrival_cv: float = 1.0
+    seeds: tuple[int, ...] = field(default=(0, 1, 2, 3, 4))
+    short_threshold: int = 800
+    long_threshold: int = 1536
+
+    def __post_init__(self) -> None:
+        _check_choice("dispatch", self.dispatch, DISPATCH_POLICIES)
+        _check_choice("baseline_dispatch", self.baseline_dispatch, DISPATCH_POLICIES)
+        _check_choice("queue", self.queue, QUEUE_POLICIES)
+        _check_choice("baseline_queue", self.baseline_queue, QUEUE_POLICIES)
+        _check_choice("starvation", self.starvation, STARVATION_GUARDS)
+        _check_choice("time_model", self.time_model, TIME_MODELS)
+        if self.time_model == "linear" and self.linear_abc is None:
+            raise ValueError("time_model='linear' needs linear_abc=(a, b, c)")
+        if self.starvation == "promotion" and self.t_starve_s is None:
+            raise ValueError("starvation='promotion' needs t_starve_s")
+        if self.starvation == "aging" and self.aging_alpha <= 0:
+            raise ValueError("starvation='aging' needs aging_alpha > 0")
+        for name in ("n_prefill", "n_decode", "max_prefill_tokens", "max_num_seqs",
+                     "kv_capacity_tokens", "n_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.load_factor is None and self.qps is None:
+            raise ValueError("set qps or load_factor")
+        rate = self.load_factor if self.load_factor is not None else self.qps
+        if not (rate is not None and rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"arrival rate must be positive, got qps={self.qps}, "
+                             f"load_factor={self.load_factor}")
+        if self.arrival_cv <= 0:
+            raise ValueError("arrival_cv must be > 0")
+        if not self.seeds:
+            raise ValueError("seeds must not be empty")
+        if self.short_threshold > self.long_threshold:
+            raise ValueError("short_threshold must not exceed long_threshold")
+
+    @property
+    def policy(self) -> str:
+        """The predictive policy as 'dispatch+queue', e.g. 'lb+sjf'."""
+        return f"{self.dispatch}+{self.queue}"
+
+    @property
+    def baseline_policy(self) -> str:
+        return f"{self.baseline_dispatch}+{self.baseline_queue}"
+
+    def replace(self, **changes: Any) -> SimConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict (tuples become lists) for recording with results."""
+        out = dataclasses.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SimConfig:
+        """Build from a plain mapping such as a Hydra `sim` group (`enabled` is ignored).
+
+        Unknown keys raise, so that a typo in a sweep override does not silently do nothing.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        unknown = []
+        for key, value in data.items():
+            if key in _IGNORED_KEYS:
+                continue
+            if key not in names:
+                unknown.append(key)
+                continue
+            if key in ("seeds", "linear_abc") and value is not None:
+                value = tuple(value)
+            kwargs[key] = value
+        if unknown:
+            raise KeyError(f"unknown SimConfig keys: {sorted(unknown)}")
+        return cls(**kwargs)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")

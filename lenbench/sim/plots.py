@@ -1,0 +1,119 @@
+"""PNG plots of scheduling results, drawn from `simulate_predictions` result dicts alone.
+
+Plots read the JSON-serialisable results (not per-request arrays) so they can be redrawn from
+saved result files. matplotlib is imported inside each function: the simulator needs numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+CLASS_TITLES = {"all": "all requests", "short": "short requests", "long": "long requests"}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    _pyplot().close(fig)
+    return out
+
+
+def plot_latency_cdfs(result: Mapping[str, Any], path: str | Path,
+                      rows: Sequence[str] | None = None) -> Path:
+    """End-to-end latency CDFs, one panel per class (all/short/long), one line per row
+    (labelled with its policy), from the rows' pooled `e2e_quantiles`."""
+    plt = _pyplot()
+    names = list(rows or result["rows"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    for ax, cls in zip(axes, ("all", "short", "long")):
+        for row in names:
+            q = result["rows"][row].get("e2e_quantiles")
+            if not q or q.get(cls) is None:
+                continue
+            ax.plot(q[cls], q["levels"], label=f"{row} ({result['rows'][row]['policy']})")
+        ax.set_title(CLASS_TITLES[cls])
+        ax.set_xlabel("end-to-end latency (s)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of requests")
+    axes[-1].legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def plot_p99_vs_load(results: Sequence[Mapping[str, Any]], path: str | Path,
+                     metric: str = "e2e_p99_short", rows: Sequence[str] | None = None) -> Path:
+    """A figure (default short-request P99) against load factor, one line per row with 95%
+    intervals; `results` as returned by `evaluate.load_sweep`."""
+    plt = _pyplot()
+    ordered = sorted(results, key=lambda r: r["load_factor"])
+    names = list(rows or ordered[0]["rows"])
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for row in names:
+        xs, ys, lo, hi = [], [], [], []
+        for res in ordered:
+            fig_ = res["rows"].get(row, {}).get("figures", {}).get(metric)
+            if not fig_ or fig_["mean"] is None:
+                continue
+            xs.append(res["load_factor"])
+            ys.append(fig_["mean"])
+            lo.append(fig_["mean"] - (fig_["ci95_low"] if fig_["ci95_low"] is not None
+                                      else fig_["mean"]))
+            hi.append((fig_["ci95_high"] if fig_["ci95_high"] is not None
+                       else fig_["mean"]) - fig_["mean"])
+        if xs:
+            label = f"{row} ({ordered[0]['rows'][row]['policy']})"
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+    ax.set_xlabel("load factor (arrival rate / estimated saturation rate)")
+    ax.set_ylabel(f"{metric} (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_p99_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                        path: str | Path, metric: str = "e2e_p99_short") -> Path:
+    """A figure (default short-request P99) against each predictor's Kendall tau, with
+    horizontal lines for the prediction-free baseline and the oracle.
+
+    `results` is one `simulate_predictions` result (e.g. a noisy-oracle sweep) or a sequence
+    of them (one per predictor); baseline and oracle lines come from the first.
+    """
+    plt = _pyplot()
+    many = [results] if isinstance(results, Mapping) else list(results)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    seen: set[str] = set()
+    for res in many:
+        for row, entry in res["rows"].items():
+            if row in ("baseline", "oracle") or row in seen:
+                continue
+            tau = entry.get("quality", {}).get("kendall_tau")
+            value = entry["figures"][metric]["mean"]
+            if value is None:
+                continue
+            seen.add(row)
+            x = 0.0 if tau is None else tau
+            ax.scatter([x], [value])
+            ax.annotate(row, (x, value), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ref = many[0]["rows"]
+    for row, style in (("baseline", "--"), ("oracle", ":")):
+        value = ref[row]["figures"][metric]["mean"]
+        if value is not None:
+            ax.axhline(value, linestyle=style, color="gray",
+                       label=f"{row} ({ref[row]['policy']})")
+    ax.set_xlabel("Kendall tau of predictions (constant predictor at 0)")
+    ax.set_ylabel(f"{metric} (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

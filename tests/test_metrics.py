@@ -1,0 +1,147 @@
+"""Metrics against hand-computed values and against scipy."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lenbench import metrics
+from lenbench.metrics import dynamic_metrics, noise_floor_predictions, static_metrics
+
+# A tiny dynamic example. Rows 0 and 1 are two samples of prompt "p", row 2 is prompt "q" and is
+# scored only at every second step (strided features), which the protocol must allow.
+#   row 0: L=4, t=0..3, remaining 4 3 2 1, predicted 5 3 1 1 -> errors 1 0 1 0 -> mean 2/4 = 0.5
+#   row 1: L=2, t=0..1, remaining 2 1,     predicted 4 1     -> errors 2 0     -> mean 2/2 = 1.0
+#   row 2: L=5, t=0,2,4, remaining 5 3 1,  predicted 2 3 2   -> errors 3 0 1   -> mean 4/3
+# OUTLETS MAE = (0.5 + 1.0 + 4/3) / 3 = 17/18. (Pooling all 9 steps would give 8/9: wrong.)
+LENGTHS = np.array([4, 2, 5])
+GROUPS = np.array(["p", "p", "q"])
+STEP_ROW = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2])
+STEP_T = np.array([0, 1, 2, 3, 0, 1, 0, 2, 4])
+PRED_REM = np.array([5, 3, 1, 1, 4, 1, 2, 3, 2], dtype=float)
+
+
+def test_docstring_examples_hold() -> None:
+    assert doctest.testmod(metrics).failed == 0
+
+
+def test_dynamic_mae_hand_computed() -> None:
+    d = dynamic_metrics(STEP_ROW, STEP_T, LENGTHS, PRED_REM, GROUPS, n_boot=200)
+    assert d["mae"] == pytest.approx(17 / 18)
+    assert d["n_steps"] == 9
+    assert d["n_requests"] == 3
+    assert d["n_prompts"] == 2
+    # remaining lengths pooled over steps: 4+3+2+1 + 2+1 + 5+3+1 = 22, over 9 steps
+    assert d["mean_remaining"] == pytest.approx(22 / 9)
+    low, high = d["mae_ci"]
+    assert low <= d["mae"] <= high
+
+
+def test_dynamic_mae_by_progress_two_bins() -> None:
+    # bin = floor(2 t / L):
+    #   row 0 (L=4): t=0,1 -> bin 0 (errors 1, 0: mean 0.5); t=2,3 -> bin 1 (errors 1, 0: mean 0.5)
+    #   row 1 (L=2): t=0 -> bin 0 (error 2);                 t=1 -> bin 1 (error 0)
+    #   row 2 (L=5): t=0,2 -> bin 0 (errors 3, 0: mean 1.5); t=4 -> bin 1 (error 1)
+    # bin 0 = (0.5 + 2 + 1.5) / 3 = 4/3, bin 1 = (0.5 + 0 + 1) / 3 = 0.5
+    d = dynamic_metrics(STEP_ROW, STEP_T, LENGTHS, PRED_REM, GROUPS, n_boot=0, n_bins=2)
+    assert d["mae_by_progress"] == pytest.approx([4 / 3, 0.5])
+    assert d["mae_ci"] is None
+
+
+def test_dynamic_mae_by_decile_marks_empty_bins() -> None:
+    # bin = floor(10 t / L): row 0 -> 0, 2, 5, 7; row 1 -> 0, 5; row 2 -> 0, 4, 8.
+    # bin 0: errors 1 (row 0), 2 (row 1), 3 (row 2) -> 2.0;  bin 5: 1 (row 0), 0 (row 1) -> 0.5
+    d = dynamic_metrics(STEP_ROW, STEP_T, LENGTHS, PRED_REM, GROUPS, n_boot=0)
+    by = d["mae_by_progress"]
+    assert len(by) == 10
+    assert by[0] == pytest.approx(2.0)
+    assert by[5] == pytest.approx(0.5)
+    assert by[1] is None and by[3] is None and by[9] is None
+
+
+def test_dynamic_rejects_steps_outside_the_response() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        dynamic_metrics(np.array([0]), np.array([4]), np.array([4]), np.array([1.0]),
+                        np.array([0]), n_boot=0)
+
+
+def test_static_hand_computed() -> None:
+    true = np.array([10, 20, 40, 100])
+    pred = np.array([12, 20, 30, 150])
+    # errors 2, 0, -10, 50 -> MAE 62/4 = 15.5, RMSE sqrt((4 + 0 + 100 + 2500)/4) = sqrt(651)
+    # within 25%: |2|<=2.5 yes, |0|<=5 yes, |10|<=10 yes, |50|<=25 no -> 0.75
+    m = static_metrics(true, pred, groups=np.array([0, 0, 1, 2]), n_boot=100)
+    assert m["mae"] == pytest.approx(15.5)
+    assert m["rmse"] == pytest.approx(np.sqrt(651))
+    assert m["within_25"] == pytest.approx(0.75)
+    assert m["mean_signed_error"] == pytest.approx(42 / 4)
+    assert m["mean_true"] == pytest.approx(42.5) and m["mean_pred"] == pytest.approx(53.0)
+    assert m["n"] == 4 and m["n_prompts"] == 3 and m["n_excluded"] == 0
+
+
+def test_kendall_tau_b_with_ties_matches_scipy() -> None:
+    true = np.array([1, 2, 2, 3, 3, 3, 7, 7])
+    pred = np.array([1, 1, 2, 2, 3, 3, 3, 9])
+    m = static_metrics(true, pred, groups=np.arange(8), n_boot=0)
+    assert m["kendall_tau"] == pytest.approx(stats.kendalltau(true, pred, variant="b")[0])
+    assert m["spearman"] == pytest.approx(stats.spearmanr(true, pred)[0])
+    # ties must matter: tau-b differs from tau-a here
+    assert m["kendall_tau"] != pytest.approx(stats.kendalltau(true, pred, variant="c")[0])
+
+
+def test_constant_prediction_has_no_rank_correlation() -> None:
+    m = static_metrics(np.array([5, 9, 20]), np.full(3, 10.0), groups=np.arange(3), n_boot=0)
+    assert m["kendall_tau"] is None and m["spearman"] is None
+    assert m["mae"] == pytest.approx((5 + 1 + 10) / 3)
+
+
+def test_non_finite_predictions_are_excluded_and_counted() -> None:
+    m = static_metrics(np.array([10, 20, 30]), np.array([11, np.nan, 33]), np.arange(3), n_boot=0)
+    assert m["n"] == 2 and m["n_excluded"] == 1
+    assert m["mae"] == pytest.approx(2.0)
+
+
+def _noisy(n: int, seed: int, per_prompt: int = 4) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n // per_prompt), per_prompt)
+    true = rng.integers(10, 1000, size=groups.size).astype(float)
+    # the error is shared by the samples of a prompt, so rows of a prompt are correlated
+    pred = true + rng.normal(0, 50, size=groups.max() + 1)[groups]
+    return true, pred, groups
+
+
+def test_bootstrap_ci_contains_estimate_and_shrinks_with_n() -> None:
+    widths = []
+    for n in (200, 5000):
+        true, pred, groups = _noisy(n, seed=1)
+        m = static_metrics(true, pred, groups, n_boot=1000, seed=0)
+        low, high = m["mae_ci"]
+        assert low < m["mae"] < high
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 3  # ~ 1/sqrt(25) = 1/5 in theory
+
+
+def test_bootstrap_is_over_prompts_and_seeded() -> None:
+    true, pred, groups = _noisy(2000, seed=2, per_prompt=10)
+    by_prompt = static_metrics(true, pred, groups, seed=0)["mae_ci"]
+    by_row = static_metrics(true, pred, np.arange(true.size), seed=0)["mae_ci"]
+    # correlated rows: treating them as independent would understate the uncertainty
+    assert by_prompt[1] - by_prompt[0] > 1.5 * (by_row[1] - by_row[0])
+    assert static_metrics(true, pred, groups, seed=0)["mae_ci"] == by_prompt
+
+
+def test_noise_floor_leave_one_out_median() -> None:
+    # prompt a: 10, 20, 30 -> 10 gets median(20, 30) = 25, 20 gets median(10, 30) = 20,
+    #                         30 gets median(10, 20) = 15
+    # prompt b: 5, 7       -> 5 gets 7, 7 gets 5;   prompt c: a single sample -> NaN
+    lengths = np.array([10, 5, 100, 20, 7, 30])
+    groups = np.array(["a", "b", "c", "a", "b", "a"])
+    out = noise_floor_predictions(lengths, groups)
+    np.testing.assert_allclose(out, [25, 7, np.nan, 20, 5, 15])
+    # and it scores through static_metrics with the singleton counted as excluded
+    m = static_metrics(lengths, out, groups, n_boot=0)
+    assert m["n_excluded"] == 1
+    assert m["mae"] == pytest.approx((15 + 2 + 0 + 2 + 15) / 5)
