@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 DISPATCH_POLICIES = ("rr", "jsq", "lb", "pow2")
 QUEUE_POLICIES = ("fcfs", "sjf")
 STARVATION_GUARDS = ("none", "aging", "promotion")
 TIME_MODELS = ("a100", "h100", "linear")
+
+_QUANTILE = re.compile(r"^q(\d+(?:\.\d+)?)$")
 
 # Keys a Hydra `sim` group may carry that are not simulation parameters.
 _IGNORED_KEYS = frozenset({"enabled", "_target_", "name"})
@@ -39,6 +45,9 @@ class SimConfig:
     Workload: `n_requests` requests drawn with replacement from the given rows, arriving as a
     Poisson process (gamma when `arrival_cv` != 1) at `qps`, or, when `load_factor` is set (it
     takes precedence), at load_factor times the cluster's estimated saturation rate.
+    Classes: short = true length < `short_threshold`, long = true length >= `long_threshold`;
+    a threshold is a token count or "qNN", the NN-th percentile of the supplied true lengths
+    (e.g. "q50" and "q90" for a world whose lengths are not known in advance).
     """
 
     # cluster
@@ -66,8 +75,8 @@ class SimConfig:
     load_factor: float | None = None
     arrival_cv: float = 1.0
     seeds: tuple[int, ...] = field(default=(0, 1, 2, 3, 4))
-    short_threshold: int = 800
-    long_threshold: int = 1536
+    short_threshold: float | str = 800
+    long_threshold: float | str = 1536
 
     def __post_init__(self) -> None:
         _check_choice("dispatch", self.dispatch, DISPATCH_POLICIES)
@@ -96,7 +105,12 @@ class SimConfig:
             raise ValueError("arrival_cv must be > 0")
         if not self.seeds:
             raise ValueError("seeds must not be empty")
-        if self.short_threshold > self.long_threshold:
+        for name in ("short_threshold", "long_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not _parse_quantile(value):
+                raise ValueError(f"{name} must be a number or 'qNN' (0 < NN < 100), got {value!r}")
+        if (not isinstance(self.short_threshold, str) and not isinstance(self.long_threshold, str)
+                and self.short_threshold > self.long_threshold):
             raise ValueError("short_threshold must not exceed long_threshold")
 
     @property
@@ -107,6 +121,17 @@ class SimConfig:
     @property
     def baseline_policy(self) -> str:
         return f"{self.baseline_dispatch}+{self.baseline_queue}"
+
+    def thresholds(self, true_len: ArrayLike) -> tuple[float, float]:
+        """(short, long) thresholds in tokens, resolving "qNN" against `true_len`."""
+        true = np.asarray(true_len, dtype=np.float64)
+        out = []
+        for value in (self.short_threshold, self.long_threshold):
+            if isinstance(value, str):
+                out.append(float(np.percentile(true, _parse_quantile(value))))
+            else:
+                out.append(float(value))
+        return out[0], out[1]
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
@@ -140,6 +165,14 @@ class SimConfig:
         if unknown:
             raise KeyError(f"unknown SimConfig keys: {sorted(unknown)}")
         return cls(**kwargs)
+
+
+def _parse_quantile(value: str) -> float | None:
+    match = _QUANTILE.match(value.strip())
+    if not match:
+        return None
+    q = float(match.group(1))
+    return q if 0 < q < 100 else None
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -77,7 +77,8 @@ def simulate_predictions(
 
     The result also carries "headline" (one flat dict per row for a leaderboard table),
     "qps", "saturation_qps", "load_factor" (qps / saturation), "seeds", "policy",
-    "baseline_policy", "time_model", "config" (cfg.to_dict()) and "wall_s". All values are
+    "baseline_policy", "short_threshold"/"long_threshold" (resolved to tokens), "time_model",
+    "config" (cfg.to_dict()) and "wall_s". All values are
     JSON-serialisable (undefined numbers are None).
     """
     cfg = cfg or SimConfig()
@@ -107,6 +108,7 @@ def simulate_predictions(
     policy_of = {row: (cfg.dispatch, cfg.queue) for row in row_names}
     policy_of["baseline"] = (cfg.baseline_dispatch, cfg.baseline_queue)
     pred_of = dict(predictions, baseline=predictions["constant"])
+    short_thr, long_thr = cfg.thresholds(true)
 
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, float | None]]] = {row: [] for row in row_names}
@@ -114,12 +116,12 @@ def simulate_predictions(
         row: {"all": [], "short": [], "long": []} for row in row_names}
     for seed in seeds:
         idx, arrivals = draw_rows(len(true), cfg.n_requests, qps, seed, cfg.arrival_cv)
-        masks = class_masks(true[idx], cfg.short_threshold, cfg.long_threshold)
+        masks = class_masks(true[idx], short_thr, long_thr)
         for row in row_names:
             wl = Workload(arrivals, prompt[idx], true[idx], pred_of[row][idx])
             dispatch, queue = policy_of[row]
             res = simulate(wl, cfg, time_model=model, dispatch=dispatch, queue=queue, seed=seed)
-            per_seed[row].append(run_figures(res, cfg.short_threshold, cfg.long_threshold))
+            per_seed[row].append(run_figures(res, short_thr, long_thr))
             e2e = res.done_s - wl.arrival_s
             for cls, mask in masks.items():
                 e2e_pool[row][cls].append(e2e[mask])
@@ -166,6 +168,8 @@ def simulate_predictions(
         "load_factor": qps / sat,
         "n_requests": cfg.n_requests,
         "seeds": list(seeds),
+        "short_threshold": short_thr,
+        "long_threshold": long_thr,
         "time_model": getattr(model, "name", type(model).__name__),
         "config": cfg.to_dict(),
         "rows": rows,

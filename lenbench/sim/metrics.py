@@ -156,11 +156,11 @@ def aggregate(values: Sequence[float | None]) -> dict[str, float | list[float | 
 def captured_share(fcfs: float | None, pred: float | None, oracle: float | None
                    ) -> float | None:
     """(FCFS - pred) / (FCFS - oracle): 1 = all of the oracle's gain, 0 = none, < 0 = harm.
-    None when the oracle gains nothing (the share is undefined)."""
+    None when the oracle gains less than 1% of the baseline (the share is then noise)."""
     if fcfs is None or pred is None or oracle is None:
         return None
     gain = fcfs - oracle
-    if not math.isfinite(gain) or abs(gain) <= 1e-9 * max(abs(fcfs), 1e-12):
+    if not math.isfinite(gain) or abs(gain) <= 0.01 * abs(fcfs):
         return None
     return (fcfs - pred) / gain
 

@@ -83,7 +83,7 @@ def draw_rows(n_rows: int, n_requests: int, qps: float, seed: int, arrival_cv: f
     return idx, arrival_times(n_requests, qps, rng, arrival_cv)
 
 
-def draw_workload(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike,
+def draw_workload(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike | int,
                   n_requests: int, qps: float, seed: int, arrival_cv: float = 1.0,
                   censored: ArrayLike | None = None) -> Workload:
     """Draw `n_requests` rows with replacement (seeded) and give them arrivals at `qps`.
@@ -96,7 +96,8 @@ def draw_workload(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLik
         raise ValueError("true_len must be a non-empty 1-D array")
     idx, arrivals = draw_rows(len(true), n_requests, qps, seed, arrival_cv)
     cens = None if censored is None else np.asarray(censored, dtype=bool)[idx]
-    return Workload(arrivals, np.asarray(prompt_len)[idx], true[idx],
+    prompt = np.broadcast_to(np.asarray(prompt_len), true.shape)
+    return Workload(arrivals, prompt[idx], true[idx],
                     np.asarray(pred_len, dtype=np.float64)[idx], cens)
 
 
