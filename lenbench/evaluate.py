@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
                  predictor_cfg: dict) -> dict[str, Any]:
-    identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval")
+    identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval", "sim")
                 if k in cfg}
     identity.update(predictor=predictor_cfg, seed=seed)
     return {
@@ -118,7 +118,20 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                          "predict_ms_per_step": step_ms,
                          "n_parameters": predictor.num_parameters()}
     result["predictions"] = {"true": true.tolist(), "pred": pred.tolist()}
+    sim = cfg.get("sim") or {}
+    if sim.get("enabled", False):
+        result["scheduling"] = schedule(true, pred, test.prompt_lengths, name, sim)
     return result
+
+
+def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,
+             sim_cfg: dict) -> dict[str, Any]:
+    """Serve requests drawn from the test rows with these predictions (specs/scheduling.md)."""
+    from lenbench.sim import SimConfig, simulate_predictions
+
+    row = name if name not in ("baseline", "oracle", "constant") else f"{name} (predictor)"
+    return simulate_predictions(true, np.maximum(pred, 1.0), prompt_len,
+                                SimConfig.from_dict(sim_cfg), name=row)
 
 
 def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed: int,

@@ -211,14 +211,78 @@ def _table(header: Sequence[str], align: Sequence[str], rows: Iterable[Sequence[
     return "\n".join(lines)
 
 
-def _scheduling_section(results: list[dict[str, Any]]) -> str:
-    """Markdown for the runs' ``scheduling`` dicts (the simulator's outcomes).
+def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
+    """The headline entry of the predictor itself (not baseline/oracle/constant)."""
+    refs = ("baseline", "oracle", "constant")
+    rows = [h for h in sched.get("headline") or [] if h.get("row") not in refs]
+    return rows[0] if rows else None
 
-    PLACEHOLDER for the scheduling simulator (specs/scheduling.md): it is called with the section's
-    ok results whenever any of them carries a ``scheduling`` dict, and whatever it returns is
-    inserted after the section's plots. It returns "" until the simulator's format is settled.
-    """
-    return ""
+
+_SCHED_HEADER = ["Predictor", "Policy", "Short P99 (s)", "Long P99 (s)", "Mean E2E (s)",
+                 "Throughput (tok/s)", "HOL inversion", "Captured share", "Kendall τ", "Runs"]
+
+
+def _sched_cells(name: str, entries: list[dict[str, Any]]) -> list[str]:
+    def mean(key: str) -> float | None:
+        vals = [e[key] for e in entries if _is_num(e.get(key)) and math.isfinite(e[key])]
+        return statistics.fmean(vals) if vals else None
+
+    def num(key: str, digits: int) -> str:
+        value = mean(key)
+        return DASH if value is None else f"{value:,.{digits}f}"
+
+    share = mean("captured_share")
+    return [name, _cell(entries[0].get("policy", "")), num("e2e_p99_short", 2),
+            num("e2e_p99_long", 2), num("e2e_mean_all", 2), num("throughput_tok_s", 0),
+            num("hol_inversion_rate", 3), DASH if share is None else f"{100 * share:.0f}%",
+            num("kendall_tau", 3), str(len(entries))]
+
+
+def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
+                        written: set[Path], title: str) -> list[str]:
+    """Scheduling outcomes from the simulator: each predictor's captured share of the oracle's
+    gain over the prediction-free baseline, beside the baseline, oracle and constant rows."""
+    with_sched = sorted((r for r in results if isinstance(r.get("scheduling"), dict)
+                         and r.get("kind") == "predictor"),
+                        key=lambda r: (r["predictor"]["name"], r["seed"], r.get("_source", "")))
+    if not with_sched:
+        return []
+    first = with_sched[0]["scheduling"]
+    refs = {h["row"]: h for h in first.get("headline") or []}
+    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in with_sched:
+        entry = _predictor_row(r["scheduling"])
+        if entry is not None:
+            by_name[r["predictor"]["name"]].append(entry)
+    body = [_sched_cells(f"*{name}* (ref)", [refs[name]])
+            for name in ("baseline", "oracle", "constant") if name in refs]
+    preds = sorted(by_name.items(), key=lambda kv: statistics.fmean(
+        [e["e2e_p99_short"] for e in kv[1] if _is_num(e.get("e2e_p99_short"))] or [math.inf]))
+    body += [_sched_cells(_cell(name), entries) for name, entries in preds]
+    cfg = first.get("config") or {}
+    lines = ["### Scheduling", "",
+             (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
+              f"requests drawn from the test rows per seed, seeds {list(first.get('seeds') or [])}, "
+              f"load factor {first.get('load_factor')} of the estimated saturation rate "
+              f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
+              f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
+              f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
+              f">= {_num(first.get('long_threshold'), 0)} tokens."), "",
+             _table(_SCHED_HEADER, [":---", ":---"] + ["---:"] * 8, body), "",
+             ("Captured share = (baseline - predictor) / (baseline - oracle) on short-request "
+              "P99, where the baseline ignores predictions; the oracle schedules by true lengths "
+              "and the constant row by one value for all. Predictor rows are means over "
+              "predictor seeds."), ""]
+    plot = out_dir / f"{stem}-sched-quality.png"
+    try:
+        from lenbench.sim.plots import plot_p99_vs_quality
+
+        plot_p99_vs_quality([r["scheduling"] for r in with_sched], plot)
+        written.add(plot)
+        lines += [f"![Short-request P99 vs Kendall tau, {title}]({plot.name})", ""]
+    except (KeyError, TypeError, ValueError) as exc:  # an older or partial scheduling record
+        lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,10 +421,7 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
         written.add(scatter)
         lines += [f"![Predicted vs true length, {title}]({scatter.name})", ""]
 
-    if any(isinstance(r.get("scheduling"), dict) for r in ok):
-        sched = _scheduling_section(ok)
-        if sched:
-            lines += [sched.rstrip("\n"), ""]
+    lines += _scheduling_section(ok, out_dir, stem, written, title)
     return lines
 
 

@@ -193,7 +193,7 @@ def test_timeline_and_generic_time_model() -> None:
     """A time model without decode_affine goes through the array path with the same result."""
 
     class Plain:
-        def decode_ms(self, batch_size: int, context_tokens):  # noqa: ANN001
+        def decode_ms(self, batch_size: int, context_tokens):
             return FLAT.decode_ms(batch_size, context_tokens) + 0.001 * np.asarray(context_tokens)
 
         def prefill_ms(self, tokens: int, sum_sq_len: float) -> float:

@@ -65,7 +65,7 @@ def test_kendall_tau_numpy_matches_known_values(monkeypatch: pytest.MonkeyPatch)
 
     real_import = builtins.__import__
 
-    def no_scipy(name: str, *args: object, **kwargs: object):  # noqa: ANN202
+    def no_scipy(name: str, *args: object, **kwargs: object):
         if name.startswith("scipy"):
             raise ImportError(name)
         return real_import(name, *args, **kwargs)

@@ -61,9 +61,27 @@ class SimResult:
 class _Decode:
     """State of one decode instance as of its last processed iteration boundary."""
 
-    __slots__ = ("idx", "t_b", "k_b", "n_run", "ctx", "fin", "wait", "promo", "n_wait",
-                 "wait_pred", "seg", "event_k", "version", "run_key", "run_req", "pos",
-                 "peak_ctx", "peak_run", "n_boundaries")
+    __slots__ = (
+        "ctx",
+        "event_k",
+        "fin",
+        "idx",
+        "k_b",
+        "n_boundaries",
+        "n_run",
+        "n_wait",
+        "peak_ctx",
+        "peak_run",
+        "pos",
+        "promo",
+        "run_key",
+        "run_req",
+        "seg",
+        "t_b",
+        "version",
+        "wait",
+        "wait_pred",
+    )
 
     def __init__(self, idx: int, capacity: int) -> None:
         self.idx = idx
@@ -113,7 +131,7 @@ class _Engine:
                  queue: str, seed: int, record_timeline: bool) -> None:
         self.wl, self.cfg, self.model = wl, cfg, model
         self.dispatch, self.queue = dispatch, queue
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([seed, 0x706F7732])  # salted: see predictors.py
         n = len(wl)
         self.arrival = wl.arrival_s.tolist()
         self.prompt = wl.prompt_len.tolist()
@@ -205,7 +223,7 @@ class _Engine:
             if self.true[r] <= 1:
                 self.done[r] = t
                 continue
-            start = t if t > self.link_free else self.link_free
+            start = max(self.link_free, t)
             self.link_free = start + self.prompt[r] * self.s_per_kv_token
             self.push(self.link_free + self.link_latency, _KV_READY, r)
         heapq.heappush(self.pf_free, idx)
@@ -294,8 +312,7 @@ class _Engine:
         seg += t
         inst.seg = seg
         end_ctx = inst.ctx + inst.n_run * n
-        if end_ctx > inst.peak_ctx:
-            inst.peak_ctx = end_ctx
+        inst.peak_ctx = max(inst.peak_ctx, end_ctx)
         self.schedule(inst, float(seg[-1]), k_next)
 
     def price(self, batch: int, ctx: int, n: int) -> NDArray[np.float64]:
@@ -351,8 +368,7 @@ class _Engine:
                 self.add_key(inst, r, self.pred[r] - 1.0 + k)
         if inst.n_wait == 0:
             inst.wait_pred = 0.0  # drop float drift
-        if inst.n_run > inst.peak_run:
-            inst.peak_run = inst.n_run
+        inst.peak_run = max(inst.peak_run, inst.n_run)
 
     def add_key(self, inst: _Decode, r: int, key: float) -> None:
         i = len(inst.run_req)

@@ -49,7 +49,10 @@ def simulate_predictions(
     """Simulate serving with a predictor's predictions and the reference rows; return figures.
 
     Inputs are aligned per-row arrays, typically a predictor's test set: `true_len` (output
-    tokens, >= 1), `pred_len` (the predictor's output) and `prompt_len` (array or one int).
+    tokens, >= 1), `pred_len` (the predictor's output, finite) and `prompt_len` (array or one
+    int). `cfg` defaults to SimConfig(), which is the outlets_paper preset; for the toy world
+    use conf/sim/default.yaml (`SimConfig.from_dict(OmegaConf.to_container(cfg.sim))`).
+    `seeds` defaults to cfg.seeds.
     For each seed, `cfg.n_requests` rows are drawn with replacement and given arrivals at
     `cfg.qps` or at `cfg.load_factor` times the estimated saturation rate (capacity.py); the
     same draw serves every row below, so comparisons are paired.

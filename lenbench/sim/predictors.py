@@ -9,6 +9,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+# Salts keep these streams apart from a caller's generator built from the same integer seed
+# (e.g. lengths drawn with default_rng(1) and noise with seed=1 would otherwise be correlated).
+_NOISE_SALT = 0x6E6F697379
+_PERM_SALT = 0x7065726D
+
+
+def _rng(seed: int, salt: int) -> np.random.Generator:
+    return np.random.default_rng([seed, salt])
+
 
 def _true(true_len: ArrayLike) -> NDArray[np.float64]:
     arr = np.asarray(true_len, dtype=np.float64)
@@ -28,8 +37,7 @@ def noisy_oracle(true_len: ArrayLike, sigma: float, seed: int = 0) -> NDArray[np
     if sigma < 0:
         raise ValueError("sigma must be >= 0")
     true = _true(true_len)
-    rng = np.random.default_rng(seed)
-    return true * np.exp(rng.normal(0.0, sigma, size=true.shape))
+    return true * np.exp(_rng(seed, _NOISE_SALT).normal(0.0, sigma, size=true.shape))
 
 
 def constant(true_len: ArrayLike, value: float | None = None) -> NDArray[np.float64]:
@@ -44,7 +52,7 @@ def random_permutation(true_len: ArrayLike, seed: int = 0) -> NDArray[np.float64
     """The true lengths shuffled: the right marginal distribution with no ranking information
     (Kendall tau about 0), which measures the harm of confident mis-ranking."""
     true = _true(true_len)
-    return np.random.default_rng(seed).permutation(true)
+    return _rng(seed, _PERM_SALT).permutation(true)
 
 
 def one_bit(true_len: ArrayLike, threshold: float) -> NDArray[np.float64]:

@@ -77,8 +77,9 @@ def arrival_times(n: int, qps: float, rng: np.random.Generator, cv: float = 1.0
 
 def draw_rows(n_rows: int, n_requests: int, qps: float, seed: int, arrival_cv: float = 1.0
               ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """Row indices drawn with replacement and arrival times, both from one seeded stream."""
-    rng = np.random.default_rng(seed)
+    """Row indices drawn with replacement and arrival times, both from one seeded stream
+    (salted, so that it is independent of a caller's generator seeded with the same int)."""
+    rng = np.random.default_rng([seed, 0x64726177])
     idx = rng.integers(0, n_rows, size=n_requests)
     return idx, arrival_times(n_requests, qps, rng, arrival_cv)
 
