@@ -7,6 +7,7 @@ to frozen features, so that part lives here once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from torch import nn
 def mlp(sizes: list[int]) -> nn.Sequential:
     """Linear layers with ReLU between them (none after the last)."""
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(pairwise(sizes)):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
             layers.append(nn.ReLU())

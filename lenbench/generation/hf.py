@@ -114,7 +114,7 @@ class HFGenerator:
 
     def __init__(self, model: torch.nn.Module, eos_ids: Sequence[int], batch_size: int = 32):
         self.model = model.eval()
-        self.eos_ids = set(int(e) for e in eos_ids)
+        self.eos_ids = {int(e) for e in eos_ids}
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self._cache_arg = _cache_kwarg(model)
