@@ -7,6 +7,7 @@ result file, failed runs included, and the leaderboard is rebuilt at the end of 
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 from rich.table import Table
 
@@ -34,11 +35,20 @@ def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
     out = []
     overrides = []
     if HydraConfig.initialized():
-        overrides = [o for o in HydraConfig.get().overrides.task
-                     if not o.lstrip("+~").startswith("predictor")]
+        hc = HydraConfig.get()
+        overrides = [o for o in hc.overrides.task if not o.lstrip("+~").startswith("predictor")]
+        # a user's predictor folders (hydra.searchpath=[...]) must be visible to the members too
+        overrides += [o for o in hc.overrides.hydra
+                      if o.lstrip("+~").startswith("hydra.searchpath")]
     for name in pred["suite"]:
         member = compose(config_name="config", overrides=[*overrides, f"predictor={name}"])
-        out.append((name, OmegaConf.to_container(member.predictor, resolve=True)))
+        # Resolve the member's interpolations (${generation.max_new_tokens}, ${progress}) against
+        # this run's config, not the recomposed one: outside the Hydra app (compose + run() in a
+        # notebook or test) there are no recorded overrides to recompose with.
+        full = copy.deepcopy(cfg)
+        with open_dict(full):
+            full.predictor = member.predictor
+        out.append((name, OmegaConf.to_container(full.predictor, resolve=True)))
     return out
 
 

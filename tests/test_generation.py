@@ -205,9 +205,8 @@ def prompt_table() -> pd.DataFrame:
 
 
 def _gen(toy, prompts, out_dir, **kw):
-    args = dict(sampling=SamplingConfig(1.0, 1.0, GEN_MAX_NEW), n_samples=2, seed=0,
-                batch_size=8, shard_prompts=3, keep_censored=True, progress=False)
-    args.update(kw)
+    args = {"sampling": SamplingConfig(1.0, 1.0, GEN_MAX_NEW), "n_samples": 2, "seed": 0,
+            "batch_size": 8, "shard_prompts": 3, "keep_censored": True, "progress": False, **kw}
     return generate_labels(prompts, toy.model, toy.tokenizer, out_dir, **args)
 
 
@@ -221,7 +220,7 @@ def test_labels_rows_and_conventions(toy_tiny, prompt_table, kept_run):
     assert list(labels.columns) == LABEL_COLUMNS
     assert len(labels) == 2 * N_PROMPTS and card["n_rows"] == 2 * N_PROMPTS
     assert not labels.duplicated(["prompt_id", "sample_idx"]).any()
-    assert labels.groupby("prompt_id")["sample_idx"].apply(sorted).map(tuple).eq((0, 1)).all()
+    assert labels.groupby("prompt_id")["sample_idx"].apply(lambda s: sorted(s) == [0, 1]).all()
     assert set(labels["prompt_id"]) == set(prompt_table["prompt_id"])
     # split and family travel with the prompt
     meta = prompt_table.set_index("prompt_id")
@@ -250,7 +249,7 @@ def test_labels_rows_and_conventions(toy_tiny, prompt_table, kept_run):
 
 def test_censored_rows_dropped_by_default_and_prompts_too_long_counted(
         toy_tiny, prompt_table, kept_run, tmp_path):
-    kept, kept_card = kept_run
+    kept, _ = kept_run
     lengths = prompt_table["text"].map(lambda t: len(render_prompt(toy_tiny.tokenizer, t)))
     limit = int(np.sort(lengths.to_numpy())[-3]) - 1  # the 3 longest prompts are over the limit
     too_long = set(prompt_table.loc[lengths > limit, "prompt_id"])

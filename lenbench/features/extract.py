@@ -28,7 +28,7 @@ def role_layers(num_layers: int) -> dict[str, int]:
     layers = {"low": 2, "mid": num_layers // 2, "high": num_layers - 3, "last": num_layers}
     if len({layers[r] for r in ("low", "mid", "high")}) < 3:
         raise ValueError(f"a model with {num_layers} layers has no three distinct EAGLE-3 layers "
-                         "(need at least 6)")
+                         "(need at least 7)")
     return layers
 
 
