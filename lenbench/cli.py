@@ -54,6 +54,7 @@ def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
 
 def instantiate_predictor(pred_cfg: dict):
     """Build a predictor from its config (`_target_` + constructor arguments)."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     from lenbench.predictor import Predictor
@@ -61,7 +62,12 @@ def instantiate_predictor(pred_cfg: dict):
     args = {k: v for k, v in pred_cfg.items() if k != "name"}
     if "_target_" not in args:
         raise ValueError("a predictor config needs `_target_: module.Class` (see conf/predictor/)")
-    obj = instantiate(args, _convert_="all")
+    try:
+        obj = instantiate(args, _convert_="all")
+    except InstantiationException as exc:  # surface the predictor's own error, not Hydra's wrapper
+        if exc.__cause__ is not None:
+            raise exc.__cause__ from None
+        raise
     if not isinstance(obj, Predictor):
         raise TypeError(f"{args['_target_']} is not a lenbench.Predictor subclass")
     return obj
@@ -76,15 +82,25 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     progress = bool(cfg.get("progress", True))
     container = OmegaConf.to_container(cfg, resolve=True)
     members = _predictor_configs(cfg)
-    predictors = [(name, pcfg, instantiate_predictor(pcfg)) for name, pcfg in members]
-    need_features = any(p.needs.features for _, _, p in predictors)
+    built: list[tuple[str, dict, Any]] = []  # a predictor, or the exception its constructor raised
+    for name, pcfg in members:
+        try:
+            built.append((name, pcfg, instantiate_predictor(pcfg)))
+        except Exception as exc:
+            if cfg.eval.get("raise_on_error", False):
+                raise
+            log.exception("predictor %s could not be built", name)
+            built.append((name, pcfg, exc))
+    need_features = any(not isinstance(p, Exception) and p.needs.features for _, _, p in built)
     world = prepare_world(container, need_features=need_features, progress=progress)
     results_dir = cfg.paths.results_dir
     written = []
     seed = int(cfg.seed)
-    for name, pcfg, predictor in predictors:
+    for name, pcfg, predictor in built:
         run_cfg = {**container, "predictor": pcfg}
         try:
+            if isinstance(predictor, Exception):
+                raise predictor
             result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)

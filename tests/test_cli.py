@@ -171,3 +171,18 @@ def test_bad_config_names_the_field(e2e: E2ERun, tmp_path, override, field):
                         *e2e.paths(tmp_path / "results", tmp_path / "board"))
     assert proc.returncode != 0
     assert field in proc.stderr, proc.stderr[-3000:]
+
+
+def test_bad_constructor_argument_is_recorded_not_fatal(e2e: E2ERun, tmp_path):
+    """A suite member whose constructor rejects its config fails alone; the rest still run."""
+    proc = run_lenbench("predictor.suite=[constant,prompt_length]", *E2E_UPSTREAM,
+                        *e2e.paths(tmp_path / "results", tmp_path / "board"))
+    _ok(proc)
+    proc = run_lenbench("predictor=constant", "predictor.statistic=mode", *E2E_UPSTREAM,
+                        *e2e.paths(tmp_path / "results2", tmp_path / "board2"))
+    _ok(proc)
+    by_name = {r["predictor"]["name"]: r for r in _results(tmp_path / "results2")}
+    assert by_name["constant"]["status"] == "failed"
+    assert by_name["constant"]["error"]["type"] == "ValueError"
+    assert "constant.statistic" in by_name["constant"]["error"]["message"]
+    assert by_name["noise_floor"]["status"] == "ok"
