@@ -18,7 +18,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lenbench.data.promptset import build_promptset, load_promptset, load_source, save_promptset
+from lenbench.data.labels_import import import_labels, known_lengths
+from lenbench.data.promptset import (
+    build_promptset,
+    load_promptset,
+    save_promptset,
+    source_fingerprint,
+    source_from_config,
+)
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import generate_labels
@@ -80,38 +87,27 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True) -> Worl
 
     # build
     ds = dict(cfg["dataset"])
-    ds_stage = Stage(cache, "promptset", {k: v for k, v in ds.items() if k != "name"})
+    ds_key = {k: v for k, v in ds.items() if k != "name"}
+    if (fingerprint := source_fingerprint(ds)) is not None:
+        ds_key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
+    ds_stage = Stage(cache, "promptset", ds_key)
     with ds_stage.lock():
         if not ds_stage.done:
             with ds_stage.building() as tmp:
-                source_kwargs = {k: ds[k] for k in ("n_prompts", "seed") if k in ds}
                 df, card = build_promptset(
-                    load_source(ds["source"], **source_kwargs), dict(ds["split"]),
+                    source_from_config(ds), dict(ds["split"]),
                     salt=str(ds.get("split_salt", "lenbench")), min_words=ds.get("min_words", 1),
                     max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
                 save_promptset(tmp, df, card)
     prompts, ds_card = load_promptset(ds_stage.path)
     log.info("promptset %s: %s", ds_stage.key, ds_card["splits"])
 
-    # generate
-    gen = dict(cfg["generation"])
-    if gen.get("backend", "hf") != "hf":
-        raise ValueError(f"generation.backend={gen['backend']!r} is not available yet; use 'hf'")
-    gen_stage = Stage(cache, "generate",
-                      {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}},
-                      parent=ds_stage.key)
-    with gen_stage.lock():
-        if not gen_stage.done:
-            with gen_stage.building(resume=True) as tmp:
-                tm = target()
-                sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
-                labels, card = generate_labels(
-                    prompts, tm.model, tm.tokenizer, tmp / "shards", sampling,
-                    n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
-                    shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
-                    keep_censored=gen["keep_censored"], progress=progress)
-                labels.to_parquet(tmp / "labels.parquet", index=False)
-                (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+    lengths = known_lengths(prompts)
+    if lengths is not None:
+        gen_stage = _import_stage(cache, prompts, lengths, model_key, ds_stage.key, target_path,
+                                  need_features, ds["name"])
+    else:
+        gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target, progress)
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
     gen_card = json.loads((gen_stage.path / "card.json").read_text())
     if len(labels) == 0:
@@ -149,6 +145,49 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True) -> Worl
     if world_target:
         world._target = world_target[0]
     return world
+
+
+def _import_stage(cache: Path, prompts: pd.DataFrame, lengths: dict, model_key: str,
+                  parent: str, target_path: str, need_features: bool, name: str) -> Stage:
+    """Label import: the source already knows each prompt's length, so nothing is generated."""
+    if need_features:
+        raise ValueError(f"dataset {name!r} imports known lengths without response tokens; only "
+                         "text-only predictors (Needs(text=True)) can run on it, e.g. "
+                         "predictor.suite=[constant,prompt_length,tfidf_ridge]")
+    stage = Stage(cache, "import", {"model": model_key}, parent=parent)
+    with stage.lock():
+        if not stage.done:
+            with stage.building() as tmp:
+                from transformers import AutoTokenizer
+
+                labels, card = import_labels(prompts, lengths,
+                                             tokenizer=AutoTokenizer.from_pretrained(target_path))
+                labels.to_parquet(tmp / "labels.parquet", index=False)
+                (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+    return stage
+
+
+def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: str, parent: str,
+                    target, progress: bool) -> Stage:
+    """Regenerate every prompt's responses with the target (resumable at shard granularity)."""
+    gen = dict(cfg["generation"])
+    if gen.get("backend", "hf") != "hf":
+        raise ValueError(f"generation.backend={gen['backend']!r} is not available yet; use 'hf'")
+    stage = Stage(cache, "generate",
+                  {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}}, parent=parent)
+    with stage.lock():
+        if not stage.done:
+            with stage.building(resume=True) as tmp:
+                tm = target()
+                sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
+                labels, card = generate_labels(
+                    prompts, tm.model, tm.tokenizer, tmp / "shards", sampling,
+                    n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
+                    shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
+                    keep_censored=gen["keep_censored"], progress=progress)
+                labels.to_parquet(tmp / "labels.parquet", index=False)
+                (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+    return stage
 
 
 def configure_threads(n: int | None) -> None:

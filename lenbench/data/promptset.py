@@ -8,16 +8,20 @@ no prompt leaks from train to test. Every row dropped is counted by reason in th
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 SPLITS = ("train", "val", "test")
+N_EXAMPLES = 5  # bad-row examples kept per reason in the card: enough to find and fix the rows
+log = logging.getLogger("lenbench")
 
 
 @dataclass
@@ -27,6 +31,21 @@ class RawPrompt:
     text: str
     family: str = ""
     meta: dict = field(default_factory=dict)
+    where: str = ""  # "file.jsonl:17": lets the card point at the row behind a drop
+
+
+@dataclass
+class Rejected:
+    """A row a source could not or would not turn into a prompt, so the card can count it.
+
+    `bad` rows are broken input (malformed, wrong types); the others are deliberate filters
+    (language, moderation). Sources yield these instead of skipping rows silently.
+    """
+
+    reason: str
+    where: str
+    message: str
+    bad: bool = True
 
 
 def normalize(text: str) -> str:
@@ -50,7 +69,7 @@ def assign_split(pid: str, fractions: dict[str, float], salt: str) -> str:
 
 
 def build_promptset(
-    raw: Iterable[RawPrompt],
+    raw: Iterable[RawPrompt | Rejected],
     fractions: dict[str, float],
     salt: str = "lenbench",
     min_words: int = 1,
@@ -63,34 +82,57 @@ def build_promptset(
         raise ValueError(f"dataset.split: fractions {dict(fractions)} must be >= 0 and sum to 1 "
                          "(e.g. {train: 0.7, val: 0.1, test: 0.2})")
     dropped: Counter[str] = Counter()
-    seen: set[str] = set()
+    examples: dict[str, list[str]] = {}
+    seen: dict[str, str] = {}
     rows = []
     n_in = 0
+    bad: Counter[str] = Counter()  # broken input rows, for one warning at the end
+    first_bad = ""
+
+    def drop(reason: str, where: str, message: str) -> None:
+        dropped[reason] += 1
+        if where and len(examples.setdefault(reason, [])) < N_EXAMPLES:
+            examples[reason].append(f"{where}: {message}")
+
     for item in raw:
         if limit is not None and len(rows) >= limit:
             break
         n_in += 1
+        if isinstance(item, Rejected):
+            drop(item.reason, item.where, item.message)
+            if item.bad:
+                bad[item.reason] += 1
+                first_bad = first_bad or f"{item.where}: {item.message}"
+            continue
         text = item.text if isinstance(item.text, str) else ""
         n_words = len(text.split())
         if n_words == 0:
-            dropped["empty"] += 1
+            drop("empty", item.where, "empty or whitespace-only prompt")
             continue
         if n_words < min_words:
-            dropped["too_short"] += 1
+            drop("too_short", item.where, f"{n_words} words < dataset.min_words={min_words}")
             continue
         if max_words is not None and n_words > max_words:
-            dropped["too_long"] += 1
+            drop("too_long", item.where, f"{n_words} words > dataset.max_words={max_words}")
             continue
         pid = prompt_id(text)
         if pid in seen:
-            dropped["duplicate"] += 1
+            drop("duplicate", item.where, f"duplicate of {seen[pid] or 'an earlier prompt'}")
             continue
-        seen.add(pid)
+        seen[pid] = item.where
         rows.append({"prompt_id": pid, "text": text, "split": assign_split(pid, fractions, salt),
                      "family": item.family, "meta": json.dumps(item.meta, sort_keys=True)})
     df = pd.DataFrame(rows, columns=["prompt_id", "text", "split", "family", "meta"])
     card = {"n_read": n_in, "n_kept": len(df), "dropped": dict(sorted(dropped.items())),
             "splits": {s: int((df["split"] == s).sum()) for s in SPLITS}}
+    if examples:
+        card["examples"] = dict(sorted(examples.items()))
+    info = getattr(raw, "info", None)  # file sources describe what they read (path, reader)
+    if info:
+        card["source"] = dict(info)
+    if bad:
+        log.warning("promptset: skipped bad rows %s (examples in the dataset card); first: %s",
+                    dict(bad), first_bad)
     return df, card
 
 
@@ -108,13 +150,60 @@ def toyworld_source(n_prompts: int, seed: int) -> Iterable[RawPrompt]:
                                "dataset.n_prompts")
 
 
-SOURCES: dict[str, Callable[..., Iterable[RawPrompt]]] = {"toyworld": toyworld_source}
+SOURCES: dict[str, Callable[..., Iterable[RawPrompt | Rejected]]] = {"toyworld": toyworld_source}
 
 
-def load_source(name: str, **kwargs) -> Iterable[RawPrompt]:
+def _register_builtin_sources() -> None:
+    """Add the file/hub sources on first use (they import this module, so not at import time)."""
+    from lenbench.data.sources import BUILTIN_SOURCES
+
+    for name, fn in BUILTIN_SOURCES.items():
+        SOURCES.setdefault(name, fn)
+
+
+def load_source(name: str, **kwargs) -> Iterable[RawPrompt | Rejected]:
+    _register_builtin_sources()
     if name not in SOURCES:
         raise KeyError(f"dataset.source={name!r} is unknown; available: {sorted(SOURCES)}")
     return SOURCES[name](**kwargs)
+
+
+def source_from_config(ds: Mapping) -> Iterable[RawPrompt | Rejected]:
+    """Open the source a dataset config names, passing it the config keys it declares.
+
+    Each source takes only the keys in its signature (path, turns, language, ...); the rest
+    (split, min_words, limit, ...) belong to `build_promptset`. `source_args:` (a mapping) is
+    passed as is, for user-registered sources with arguments of their own.
+    """
+    _register_builtin_sources()
+    name = ds["source"]
+    if name not in SOURCES:
+        raise KeyError(f"dataset.source={name!r} is unknown; available: {sorted(SOURCES)}")
+    params = inspect.signature(SOURCES[name]).parameters
+    kwargs = {k: v for k, v in ds.items() if k in params and k != "source_args"}
+    kwargs.update(ds.get("source_args") or {})
+    return SOURCES[name](**kwargs)
+
+
+def source_fingerprint(ds: Mapping) -> str | None:
+    """Identity of a local `dataset.path` (names, sizes, mtimes), for the promptset cache key.
+
+    The config alone does not change when the file behind `path` does; None for hub or
+    generated sources, whose identity is their config.
+    """
+    path = ds.get("path")
+    if not path:
+        return None
+    root = Path(str(path)).expanduser()
+    if not root.exists():
+        return None  # the source itself reports the missing path
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(root) if root.is_dir() else f.name}:{st.st_size}:"
+                 f"{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def save_promptset(folder: Path, df: pd.DataFrame, card: dict) -> None:

@@ -1,0 +1,86 @@
+"""Bring your own prompts: one JSON object per line with `prompt` (text) or `messages`
+([{role, content}], the prompt being the last user message), and optionally a known length.
+
+A row may carry `length` or `output_tokens` (an integer, or a list of integers for several
+samples of the prompt); when every prompt has one, the pipeline imports those lengths as labels
+instead of generating ("label import", see `lenbench.data.labels_import`). Optional fields:
+`id` (kept in meta) and `family` (a grouping label for per-family metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lenbench.data.promptset import RawPrompt, Rejected
+from lenbench.data.sources.chat import _text, parse_turns
+from lenbench.data.sources.reading import BadRow, SourceStream, convert, open_records
+
+LENGTH_FIELDS = ("length", "output_tokens")
+
+
+def parse_length(value: Any, field: str) -> int | list[int]:
+    """A known output length: a non-negative integer, or a non-empty list of them (samples)."""
+
+    def one(v: Any) -> int:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and \
+            float(v).is_integer() and v >= 0
+        if not ok:
+            raise BadRow("wrong_type", f"{field!r} must be a non-negative integer or a list of "
+                                       f"them, not {v!r}")
+        return int(v)
+
+    if isinstance(value, list):
+        if not value:
+            raise BadRow("wrong_type", f"{field!r} is an empty list")
+        return [one(v) for v in value]
+    return one(value)
+
+
+def row_prompt(row: dict) -> tuple[str, list[dict]]:
+    """The prompt text and the messages before it."""
+    if row.get("prompt") is not None:
+        return _text(row["prompt"], "'prompt'"), []
+    if row.get("messages") is None:
+        raise BadRow("missing_field", "missing field 'prompt' (or 'messages')")
+    turns = parse_turns(row["messages"], "messages", "role", "content")
+    users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+    if not users:
+        raise BadRow("missing_field", "'messages' has no user message")
+    last = users[-1]
+    context = [{"role": role, "content": _text(c, f"messages[{k}].content")}
+               for k, (role, c) in enumerate(turns[:last])]
+    return _text(turns[last][1], f"messages[{last}].content"), context
+
+
+def jsonl_source(path: str | None = None, hub_id: str | None = None,
+                 data_files: Any = None, hf_split: str = "train",
+                 config_name: str | None = None, revision: str | None = None,
+                 reader: str = "auto", streaming: bool = False,
+                 hf_cache_dir: str | None = None, length_field: str | None = None,
+                 strict: bool = False) -> SourceStream:
+    """Prompts (and known lengths, if given) from a JSON Lines file or folder of them."""
+    fields = (length_field,) if length_field else LENGTH_FIELDS
+    info: dict = {"format": "jsonl", "length_fields": list(fields)}
+    records = open_records("jsonl", path=path, hub_id=hub_id, data_files=data_files,
+                           hf_split=hf_split, config_name=config_name, revision=revision,
+                           reader=reader, streaming=streaming, hf_cache_dir=hf_cache_dir,
+                           info=info)
+
+    def to_prompts(row: dict) -> Iterable[RawPrompt | Rejected]:
+        text, context = row_prompt(row)
+        meta: dict = {}
+        if isinstance(row.get("id"), str | int):
+            meta["id"] = row["id"]
+        if context:
+            meta["context"] = context
+        for f in fields:
+            if row.get(f) is not None:
+                meta["length"] = parse_length(row[f], f)
+                break
+        family = row.get("family")
+        if family is not None and not isinstance(family, str):
+            raise BadRow("wrong_type", f"'family' must be text, not {type(family).__name__}")
+        return [RawPrompt(text, family or "", meta)]
+
+    return SourceStream(convert(records, to_prompts, strict), info)

@@ -1,0 +1,70 @@
+"""tfidf_ridge: learns length from prompt words, clips to [1, max_length], builds from its YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from baselines.tfidf_ridge import TfidfRidgePredictor
+from lenbench.cli import instantiate_predictor
+from lenbench.inputs import SplitView
+
+YAML = Path(__file__).resolve().parent.parent / "conf" / "predictor" / "tfidf_ridge.yaml"
+# Length is set by one "task" word hidden among filler words; the rest is noise.
+TASKS = {"haiku": 12, "define": 30, "explain": 120, "compare": 260, "essay": 700}
+FILLER = ["please", "the", "a", "of", "my", "about", "quick", "brief", "new", "topic", "for",
+          "this", "that", "kind"]
+
+
+def synthetic(n: int, seed: int) -> SplitView:
+    rng = np.random.default_rng(seed)
+    tasks = rng.choice(list(TASKS), size=n)
+    texts, lengths = [], []
+    for task in tasks:
+        words = [task, *rng.choice(FILLER, size=rng.integers(2, 10))]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        lengths.append(int(TASKS[task] * rng.lognormal(0.0, 0.2)) + 1)
+    labels = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(n)], "text": texts,
+                           "L": lengths, "family": "", "prompt_token_ids": [[0]] * n})
+    return SplitView("train", labels, np.arange(n))
+
+
+def test_beats_constant_median() -> None:
+    train, test = synthetic(400, 0), synthetic(200, 1)
+    model = TfidfRidgePredictor(max_length=2048)
+    model.fit(train)
+    pred = model.predict(test.hide_labels())
+    truth = test.lengths.astype(float)
+    mae = np.abs(pred - truth).mean()
+    mae_constant = np.abs(np.median(train.lengths) - truth).mean()
+    assert mae < 0.5 * mae_constant  # ~91 vs ~201 on this set
+    by_task = {t: pred[[t in p.split() for p in test.prompts]].mean() for t in TASKS}
+    assert by_task["haiku"] < by_task["define"] < by_task["explain"] < by_task["compare"] \
+        < by_task["essay"]
+    assert model.num_parameters() == len(model.vectorizer.vocabulary_) + 1
+
+
+def test_clipped_to_one_and_max_length() -> None:
+    train = synthetic(200, 0)
+    clipped = TfidfRidgePredictor(max_length=100)
+    clipped.fit(train)
+    pred = clipped.predict(synthetic(100, 2))
+    assert pred.min() >= 1.0 and pred.max() == pytest.approx(100.0)
+    free = TfidfRidgePredictor()  # no budget: clipped to the longest length seen in training
+    free.fit(train)
+    assert free.predict(synthetic(100, 2)).max() <= train.lengths.max()
+    assert TfidfRidgePredictor.needs.text and not TfidfRidgePredictor.needs.features
+
+
+def test_builds_from_yaml_with_generation_budget() -> None:
+    cfg = OmegaConf.create({"generation": {"max_new_tokens": 321},
+                            "predictor": OmegaConf.load(YAML)})
+    pred_cfg = OmegaConf.to_container(cfg.predictor, resolve=True)
+    model = instantiate_predictor(pred_cfg)
+    assert isinstance(model, TfidfRidgePredictor)
+    assert model.max_length == 321 and model.ngram_max == 2 and pred_cfg["name"] == "tfidf_ridge"
