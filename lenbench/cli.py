@@ -92,7 +92,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             log.exception("predictor %s could not be built", name)
             built.append((name, pcfg, exc))
     need_features = any(not isinstance(p, Exception) and p.needs.features for _, _, p in built)
-    world = prepare_world(container, need_features=need_features, progress=progress)
+    needs = [p.needs for _, _, p in built if not isinstance(p, Exception)]
+    world = prepare_world(container, need_features=need_features, progress=progress, needs=needs)
     results_dir = cfg.paths.results_dir
     written = []
     seed = int(cfg.seed)

@@ -37,9 +37,11 @@ class Steps:
         """True remaining tokens L - t (hidden on the scored split)."""
         return self._view.lengths[self.row] - self.t
 
-    def hidden(self, role: str = "mid") -> np.ndarray:
-        """Target state at prompt position n-1+t for each step, float32 [n_steps, H]."""
-        return np.asarray(self._view._features.steps(role)[self._global_index], dtype=np.float32)
+    def hidden(self, role: str = "mid", pooling: str = "last") -> np.ndarray:
+        """Per-step target state, float32 [n_steps, H]: at position n-1+t ("last"), or the
+        entropy-weighted pool of positions 0..n-1+t ("entropy")."""
+        store = self._view._features
+        return np.asarray(store.steps(role, pooling)[self._global_index], dtype=np.float32)
 
 
 class SplitView:

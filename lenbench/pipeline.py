@@ -71,7 +71,26 @@ class World:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)
 
 
-def prepare_world(cfg: dict, need_features: bool, progress: bool = True) -> World:
+def features_config(fc: dict, needs: list) -> dict:
+    """The configured features plus whatever the predictors declare (a superset, so the usual
+    suite keeps one cached features stage and an unusual need adds its own)."""
+    out = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in fc.items()}
+    out.setdefault("step_poolings", ["last"])
+
+    def add(key: str, values) -> None:
+        out[key] = out[key] + [v for v in values if v not in out[key]]
+
+    for need in needs:
+        add("roles", need.hidden)
+        add("poolings", need.pooling)
+        if need.steps:
+            add("step_roles", need.hidden)
+            add("step_poolings", need.step_pooling)
+    return out
+
+
+def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
+                  needs: list | None = None) -> World:
     """Build (or reuse) model, PromptSet, labels and, if asked, features."""
     cache = Path(cfg["paths"]["cache_dir"])
     device = resolve_device(cfg.get("device", "auto"))
@@ -117,9 +136,10 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True) -> Worl
     features = None
     feat_stage = None
     if need_features:
-        fc = dict(cfg["features"])
+        fc = features_config(dict(cfg["features"]), needs or [])
         fcfg = FeatureConfig(tuple(fc["roles"]), tuple(fc["poolings"]), tuple(fc["step_roles"]),
-                             int(fc["step_stride"]), int(fc.get("batch_tokens", 8192)))
+                             int(fc["step_stride"]), int(fc.get("batch_tokens", 8192)),
+                             tuple(fc["step_poolings"]))
         feat_stage = Stage(cache, "features", {k: fc[k] for k in sorted(fc)}, parent=gen_stage.key)
         with feat_stage.lock():
             if not feat_stage.done:

@@ -25,7 +25,9 @@ class Needs:
 
     text: prompt strings. hidden: target-model layer roles (low/mid/high/last = hs[2], hs[L//2],
     hs[L-3], hs[L]) pooled over the prompt by each name in `pooling`. steps: per-step states of
-    the `hidden` roles along the response (dynamic prediction). target_model: a handle to the
+    the `hidden` roles along the response (dynamic prediction), pooled by each name in
+    `step_pooling` ("last": the state at the step; "entropy": the entropy-weighted pool over the
+    prompt and the tokens generated so far). target_model: a handle to the
     loaded target model and tokenizer (for predictors that run or train on the live model).
     """
 
@@ -33,6 +35,7 @@ class Needs:
     hidden: tuple[str, ...] = ()
     pooling: tuple[str, ...] = ("last",)
     steps: bool = False
+    step_pooling: tuple[str, ...] = ("last",)
     target_model: bool = False
 
     def __post_init__(self) -> None:
@@ -42,6 +45,10 @@ class Needs:
         for pool in self.pooling:
             if pool not in POOLINGS:
                 raise ValueError(f"Needs.pooling: unknown pooling {pool!r}; use one of {POOLINGS}")
+        for pool in self.step_pooling:
+            if pool not in ("last", "entropy"):
+                raise ValueError(f"Needs.step_pooling: unknown pooling {pool!r}; use last or "
+                                 "entropy")
 
     @property
     def features(self) -> bool:

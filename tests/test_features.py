@@ -160,3 +160,29 @@ def test_step_stride(model, labels, direct, tmp_path):
 def test_bad_config_names_the_field(model, labels, tmp_path, field, kw):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         _extract(model, labels, tmp_path / "bad", **kw)
+
+
+def test_running_entropy_pool_equals_direct_softmax_pool():
+    from lenbench.features.extract import running_entropy_pool
+
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(9, 5)).astype(np.float32)
+    ent = rng.uniform(0, 6, size=9).astype(np.float32)
+    ends = np.array([0, 3, 8])
+    got = running_entropy_pool(h, ent, ends)
+    for k, e in enumerate(ends):
+        w = np.exp(ent[: e + 1] - ent[: e + 1].max())
+        np.testing.assert_allclose(got[k], (w / w.sum()) @ h[: e + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_features_config_adds_what_predictors_need_and_nothing_else():
+    from lenbench.pipeline import features_config
+    from lenbench.predictor import Needs
+
+    base = {"roles": ["mid"], "poolings": ["last"], "step_roles": ["mid"], "step_stride": 1}
+    assert features_config(base, [Needs(hidden=("mid",))]) == {**base, "step_poolings": ["last"]}
+    grown = features_config(base, [Needs(hidden=("last",), pooling=("entropy",), steps=True,
+                                         step_pooling=("entropy",))])
+    assert grown["roles"] == ["mid", "last"] and grown["poolings"] == ["last", "entropy"]
+    assert grown["step_roles"] == ["mid", "last"]
+    assert grown["step_poolings"] == ["last", "entropy"]

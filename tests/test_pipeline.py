@@ -178,7 +178,7 @@ def test_in_process_run_resolves_suite_members_against_overrides(e2e: E2ERun, tm
 def test_concurrent_runs_share_a_stage_safely(e2e: E2ERun, tmp_path):
     """Two jobs that need the same new labels at once: one builds them, the other waits."""
     upstream = [o for o in E2E_UPSTREAM if not o.startswith("dataset.n_prompts")]
-    upstream += ["dataset.n_prompts=16", "generation.max_new_tokens=32", "sim.enabled=false"]
+    upstream += ["dataset.n_prompts=30", "generation.max_new_tokens=48", "sim.enabled=false"]
     procs = [subprocess.Popen(lenbench_cmd(*upstream, "predictor=constant",
                                            *e2e.paths(tmp_path / f"r{i}", tmp_path / f"b{i}")),
                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -38,6 +38,22 @@ def entropy_weights(entropy: np.ndarray) -> np.ndarray:
     return z / z.sum()
 
 
+def running_entropy_pool(h: np.ndarray, entropy: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Entropy-weighted pools of h[0..e] for each e in `ends`, from running sums.
+
+    Subtracting the sequence's maximum entropy before exponentiating keeps the sums finite; the
+    shared shift cancels in the ratio, so each pool equals softmax(H[0..e]) @ h[0..e].
+    """
+    w = np.exp(entropy.astype(np.float64) - entropy.max())
+    num = np.cumsum(w[:, None] * h.astype(np.float64), axis=0)
+    den = np.cumsum(w)
+    return (num[ends] / den[ends, None]).astype(np.float32)
+
+
+def step_file(role: str, pooling: str) -> str:
+    return f"steps_{role}.npy" if pooling == "last" else f"steps_{role}_{pooling}.npy"
+
+
 @dataclass(frozen=True)
 class FeatureConfig:
     roles: tuple[str, ...] = ROLES
@@ -45,6 +61,9 @@ class FeatureConfig:
     step_roles: tuple[str, ...] = ("mid",)
     step_stride: int = 1
     batch_tokens: int = 8192
+    # "last": the state at position n-1+t; "entropy": the entropy-weighted pool over positions
+    # 0..n-1+t (prompt plus the t tokens generated so far), the input of progressive (PLP) heads
+    step_poolings: tuple[str, ...] = ("last",)
 
 
 def extract_features(
@@ -57,6 +76,9 @@ def extract_features(
     for p in cfg.poolings:
         if p not in POOLINGS:
             raise ValueError(f"features.poolings: unknown pooling {p!r}; use one of {POOLINGS}")
+    for p in cfg.step_poolings:
+        if p not in ("last", "entropy"):
+            raise ValueError(f"features.step_poolings: unknown pooling {p!r}; use last or entropy")
     if cfg.step_stride < 1:
         raise ValueError("features.step_stride must be >= 1")
     model.eval()
@@ -76,8 +98,8 @@ def extract_features(
 
     static = {(r, p): mm(f"static_{r}_{p}.npy", (n_rows, hidden), np.float16)
               for r in cfg.roles for p in cfg.poolings}
-    steps = {r: mm(f"steps_{r}.npy", (int(step_offsets[-1]), hidden), np.float16)
-             for r in cfg.step_roles}
+    steps = {(r, p): mm(step_file(r, p), (int(step_offsets[-1]), hidden), np.float16)
+             for r in cfg.step_roles for p in cfg.step_poolings}
     step_index = mm("steps_index.npy", (int(step_offsets[-1]), 2), np.int32)
     entropy_all = mm("entropy.npy", (int(tok_offsets[-1]),), np.float32)
     np.save(out_dir / "entropy_offsets.npy", tok_offsets)
@@ -126,13 +148,18 @@ def extract_features(
                 lo, hi = step_offsets[i], step_offsets[i + 1]
                 step_index[lo:hi, 0] = i
                 step_index[lo:hi, 1] = ts
-                for r in cfg.step_roles:
-                    steps[r][lo:hi] = hs[r][b, n - 1 + ts]
+                for (r, p), arr in steps.items():
+                    if p == "last":
+                        arr[lo:hi] = hs[r][b, n - 1 + ts]
+                    else:
+                        arr[lo:hi] = running_entropy_pool(hs[r][b, : n + L], ent[b, : n + L],
+                                                          n - 1 + ts)
             bar.advance(task, len(batch))
     for arr in (*static.values(), *steps.values(), step_index, entropy_all):
         arr.flush()
     meta = {"roles": list(cfg.roles), "poolings": list(cfg.poolings),
             "step_roles": list(cfg.step_roles), "step_stride": cfg.step_stride,
+            "step_poolings": list(cfg.step_poolings),
             "layers": layers, "num_hidden_layers": n_layers, "hidden_size": hidden,
             "n_rows": n_rows, "n_steps": int(step_offsets[-1])}
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -156,11 +183,13 @@ class FeatureStore:
                            f"{self.meta['roles']} x {self.meta['poolings']})")
         return np.load(path, mmap_mode="r")
 
-    def steps(self, role: str) -> np.ndarray:
-        path = self.folder / f"steps_{role}.npy"
+    def steps(self, role: str, pooling: str = "last") -> np.ndarray:
+        path = self.folder / step_file(role, pooling)
         if not path.exists():
-            raise KeyError(f"step features for role={role!r} were not extracted; add it to "
-                           f"features.step_roles (have {self.meta['step_roles']})")
+            raise KeyError(f"step features for role={role!r} pooling={pooling!r} were not "
+                           f"extracted; add them to features.step_roles/features.step_poolings "
+                           f"(have {self.meta['step_roles']} x "
+                           f"{self.meta.get('step_poolings', ['last'])})")
         return np.load(path, mmap_mode="r")
 
     def step_index(self) -> np.ndarray:
