@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 ROLES = ("low", "mid", "high", "last")
 POOLINGS = ("last", "mean", "entropy")
+STEP_POOLINGS = ("last", "entropy")
+
+
+def check_names(field: str, values, allowed: tuple[str, ...]) -> None:
+    """Reject a name outside `allowed`, naming the config field and the valid choices."""
+    for value in values:
+        if value not in allowed:
+            raise ValueError(f"{field}: unknown name {value!r}; use one of {list(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -39,16 +47,9 @@ class Needs:
     target_model: bool = False
 
     def __post_init__(self) -> None:
-        for role in self.hidden:
-            if role not in ROLES:
-                raise ValueError(f"Needs.hidden: unknown layer role {role!r}; use one of {ROLES}")
-        for pool in self.pooling:
-            if pool not in POOLINGS:
-                raise ValueError(f"Needs.pooling: unknown pooling {pool!r}; use one of {POOLINGS}")
-        for pool in self.step_pooling:
-            if pool not in ("last", "entropy"):
-                raise ValueError(f"Needs.step_pooling: unknown pooling {pool!r}; use last or "
-                                 "entropy")
+        check_names("Needs.hidden", self.hidden, ROLES)
+        check_names("Needs.pooling", self.pooling, POOLINGS)
+        check_names("Needs.step_pooling", self.step_pooling, STEP_POOLINGS)
 
     @property
     def features(self) -> bool:

@@ -153,7 +153,7 @@ def test_step_stride(model, labels, direct, tmp_path):
 
 @pytest.mark.parametrize("field,kw", [
     ("features.roles", {"roles": ("mid", "middle")}),
-    ("features.roles", {"step_roles": ("hs4",)}),
+    ("features.step_roles", {"step_roles": ("hs4",)}),
     ("features.poolings", {"poolings": ("max",)}),
     ("features.step_stride", {"step_stride": 0}),
 ])

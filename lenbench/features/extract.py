@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from lenbench.predictor import POOLINGS, ROLES
+from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS, check_names
 
 
 def role_layers(num_layers: int) -> dict[str, int]:
@@ -70,15 +70,10 @@ def extract_features(
     labels: pd.DataFrame, model, out_dir: Path, cfg: FeatureConfig, progress: bool = True
 ) -> dict:
     """Write the feature arrays for every label row into `out_dir`; return the metadata."""
-    for r in (*cfg.roles, *cfg.step_roles):
-        if r not in ROLES:
-            raise ValueError(f"features.roles: unknown role {r!r}; use one of {ROLES}")
-    for p in cfg.poolings:
-        if p not in POOLINGS:
-            raise ValueError(f"features.poolings: unknown pooling {p!r}; use one of {POOLINGS}")
-    for p in cfg.step_poolings:
-        if p not in ("last", "entropy"):
-            raise ValueError(f"features.step_poolings: unknown pooling {p!r}; use last or entropy")
+    check_names("features.roles", cfg.roles, ROLES)
+    check_names("features.step_roles", cfg.step_roles, ROLES)
+    check_names("features.poolings", cfg.poolings, POOLINGS)
+    check_names("features.step_poolings", cfg.step_poolings, STEP_POOLINGS)
     if cfg.step_stride < 1:
         raise ValueError("features.step_stride must be >= 1")
     model.eval()
