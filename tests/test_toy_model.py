@@ -1,25 +1,25 @@
-"""The toy model must load like a hub model and behave like a chat model with an EOS."""
+"""The toy model must load like a hub model and behave like a chat model with an EOS.
+
+Offline mode (HF_HUB_OFFLINE=1) is set by tests/conftest.py before transformers is imported.
+"""
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
-from lenbench.data.toyworld import make_corpus  # noqa: E402
-from lenbench.models.toy import (  # noqa: E402
+from lenbench.data.toyworld import make_corpus
+from lenbench.models.toy import (
     ASSISTANT_TOKEN,
     EOS_TOKEN,
     ToyModelConfig,
     build_toy_model,
     chat_prompt_text,
+    train_tokenizer,
 )
 
 
@@ -38,8 +38,9 @@ def test_saved_folder_loads_as_a_llama_with_enough_layers(tiny: tuple[Path, dict
     assert model.config.num_hidden_layers >= 8
     assert model.config.vocab_size == len(tok)
     assert summary["n_params"] == sum(p.numel() for p in model.parameters())
-    # Training moved the loss well below the uniform-guess level ln(V).
-    assert summary["final_train_loss"] < 0.6 * math.log(len(tok))
+    # Even the tiny build learns: its loss starts near the uniform guess ln(V) and drops by a lot.
+    assert summary["initial_train_loss"] > 0.9 * math.log(len(tok))
+    assert summary["final_train_loss"] < summary["initial_train_loss"] - 1.0
     # EAGLE-3's low/mid/high layers are distinct hidden states.
     n = model.config.num_hidden_layers
     assert len({2, n // 2, n - 3}) == 3
@@ -81,9 +82,21 @@ def test_tokenizer_round_trips_text(tiny: tuple[Path, dict]) -> None:
     for text in texts:
         ids = tok(text, add_special_tokens=False).input_ids
         assert tok.decode(ids) == text
-    # The corpus's words are whole tokens, so responses are short in tokens.
-    response = "1. cat\n2. dog\n3. horse"
-    assert len(tok(response, add_special_tokens=False).input_ids) <= 12
+
+
+def test_default_tokenizer_keeps_words_whole_and_numbers_shared() -> None:
+    cfg = ToyModelConfig()
+    corpus = make_corpus(cfg.n_tokenizer_examples, seed=11)
+    tok = train_tokenizer([chat_prompt_text(ex.prompt) + ex.response for ex in corpus],
+                          cfg.vocab_size)
+    # Every corpus word is one token, so lengths in tokens track the structure.
+    pieces = tok.convert_ids_to_tokens(tok("1. cat\n2. dog\n3. horse").input_ids)
+    assert pieces == ["1", ".", "Ġcat", "Ċ", "2", ".", "Ġdog", "Ċ", "3", ".", "Ġhorse"]
+    # "List 7" and the item "7." use the same token for 7, as do "has 7 parts" and "Part 7 of".
+    prompt_ids = tok(chat_prompt_text("List 7 animals.")).input_ids
+    item_ids = tok("7. cat").input_ids
+    assert item_ids[0] in prompt_ids
+    assert tok("This report has 7 parts.").input_ids[4] == tok("Part 7 of 7").input_ids[2]
 
 
 def test_same_config_builds_identical_weights(tmp_path: Path) -> None:

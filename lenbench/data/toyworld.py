@@ -7,9 +7,10 @@ length predictor has something real to measure:
 - ``explain`` "Explain rivers in detail."  -> a lognormal number of sentences whose scale depends on
                                               the topic and the style words; large random spread.
 - ``short``   "What color is the sky?"     -> one short sentence.
-- ``report``  "Write a report on bees."    -> "This report has K parts." then K parts; K is random
-                                              and absent from the prompt, so only a dynamic
-                                              predictor that reads the first tokens can know it.
+- ``report``  "Write a report on bees."    -> "This report has K parts." then "Part i of K: ..."
+                                              lines; K is random and absent from the prompt, so
+                                              only a dynamic predictor that reads the first
+                                              tokens can know it.
 
 Polite prefixes and suffixes vary the prompt text (and its length) without changing the response,
 so prompt length alone is a weak signal. The vocabulary is small and templated so that a tiny model
@@ -26,12 +27,12 @@ from dataclasses import dataclass, field
 FAMILIES: tuple[str, ...] = ("list", "explain", "short", "report")
 
 # Share of each family in a corpus, in FAMILIES order.
-FAMILY_WEIGHTS: tuple[float, ...] = (0.27, 0.33, 0.13, 0.27)
+FAMILY_WEIGHTS: tuple[float, ...] = (0.32, 0.28, 0.08, 0.32)
 
 LIST_MIN_N, LIST_MAX_N = 2, 15
 EXPLAIN_MAX_SENTENCES = 20
 EXPLAIN_SIGMA = 0.75  # log-scale spread of the sentence count: large, so the tail is heavy
-REPORT_MIN_PARTS, REPORT_MAX_PARTS = 2, 8
+REPORT_MIN_PARTS, REPORT_MAX_PARTS = 2, 9
 
 LIST_CATEGORIES: dict[str, tuple[str, ...]] = {
     "animals": ("cat", "dog", "horse", "cow", "sheep", "goat", "lion", "tiger", "bear", "wolf",
@@ -195,12 +196,12 @@ def _make_short(rng: random.Random) -> ToyExample:
 def _make_report(rng: random.Random) -> ToyExample:
     topic = rng.choice(REPORT_TOPICS)
     k = rng.randint(REPORT_MIN_PARTS, REPORT_MAX_PARTS)
-    per_part = [rng.randint(1, 2) for _ in range(k)]
+    # One sentence a part, headed "Part i of K": the stop decision is then a comparison of two
+    # adjacent numbers, which a tiny model learns quickly. K is known from the first line on.
     lines = [f"This report has {k} parts."]
-    for i, n_sent in enumerate(per_part, start=1):
-        lines.append(f"Part {i}: " + " ".join(_sentence(rng, topic) for _ in range(n_sent)))
+    lines += [f"Part {i} of {k}: {_sentence(rng, topic)}" for i in range(1, k + 1)]
     prompt = _decorate(rng, rng.choice(REPORT_TEMPLATES).format(t=topic, w=rng.choice(AUDIENCES)))
-    meta = {"topic": topic, "n_parts": k, "sentences_per_part": per_part}
+    meta = {"topic": topic, "n_parts": k}
     return ToyExample(prompt, "\n".join(lines), "report", meta)
 
 

@@ -16,12 +16,21 @@ import json
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from lenbench.data.toyworld import make_corpus
@@ -49,6 +58,11 @@ CHAT_TEMPLATE = (
 )
 
 
+# The training corpus is drawn from its own seed stream, so benchmark prompts drawn from toyworld
+# with small seeds are fresh prompts for the model rather than its training examples.
+TRAIN_CORPUS_SEED_BASE = 1_000_000_007
+
+
 @dataclass
 class ToyModelConfig:
     """Everything that determines the toy model; equal configs give equal weights on one machine.
@@ -58,29 +72,29 @@ class ToyModelConfig:
 
     seed: int = 0
     n_layers: int = 8
-    hidden_size: int = 128
+    hidden_size: int = 64
     n_heads: int = 4
     n_kv_heads: int = 2
-    intermediate_size: int = 320
-    vocab_size: int = 640
+    intermediate_size: int = 192
+    vocab_size: int = 1024  # enough merges that every corpus word is one token
     max_seq_len: int = 256
-    n_train_examples: int = 40_000
+    n_train_examples: int = 30_000  # >= train_steps * batch_size: no example is seen twice
     train_steps: int = 900
     batch_size: int = 32
-    lr: float = 3e-3
+    lr: float = 6e-3
     warmup_steps: int = 50
     min_lr_ratio: float = 0.05
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     # The tokenizer is trained on this many corpus examples (it only needs to see the words).
-    n_tokenizer_examples: int = 4_000
+    n_tokenizer_examples: int = 5_000
 
     @classmethod
     def tiny(cls, seed: int = 0, **overrides: object) -> ToyModelConfig:
         """A seconds-scale variant for tests: same architecture family, far less training."""
         base = cls(seed=seed, hidden_size=48, n_heads=2, n_kv_heads=1, intermediate_size=96,
-                   vocab_size=400, max_seq_len=256, n_train_examples=1_000, train_steps=30,
-                   batch_size=16, lr=3e-3, warmup_steps=5, n_tokenizer_examples=1_000)
+                   vocab_size=400, max_seq_len=256, n_train_examples=2_000, train_steps=80,
+                   batch_size=16, lr=1e-2, warmup_steps=5, n_tokenizer_examples=1_000)
         return replace(base, **overrides)
 
     def to_dict(self) -> dict:
@@ -93,10 +107,20 @@ def chat_prompt_text(prompt: str) -> str:
     return f"{USER_TOKEN}{prompt}{ASSISTANT_TOKEN}"
 
 
+# GPT-2's split, except that a number never takes the space before it: "List 7" and "7." then
+# share the token "7", which makes "stop after item N" a match of equal tokens for a tiny model.
+_PRE_TOKEN_PATTERN = (
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+)
+
+
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """Byte-level BPE, so any text (including real data sets later) encodes without unknowns."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_PRE_TOKEN_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -138,7 +162,8 @@ def _encode(tok: PreTrainedTokenizerFast, prompts: list[str], responses: list[st
     return out
 
 
-def _batches(rows: list[tuple[list[int], int]], batch_size: int, rng: np.random.Generator):
+def _batches(rows: list[tuple[list[int], int]], batch_size: int,
+             rng: np.random.Generator) -> Iterator[list[tuple[list[int], int]]]:
     """Endless batches of similar length (little padding), in a seeded random order."""
     while True:
         order = rng.permutation(len(rows))
@@ -152,16 +177,32 @@ def _batches(rows: list[tuple[list[int], int]], batch_size: int, rng: np.random.
 
 
 def _collate(batch: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad for training; labels are the response tokens (and EOS) only."""
+    """Right-pad for training; labels are the response tokens (and EOS) only.
+
+    No attention mask: with right padding a causal model never lets a real token see a pad, and
+    the unmasked causal path is several times faster on CPU than a padded mask.
+    """
     width = max(len(ids) for ids, _ in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     for i, (ids, n_prompt) in enumerate(batch):
         input_ids[i, : len(ids)] = torch.tensor(ids)
-        attention[i, : len(ids)] = 1
         labels[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def _response_loss(model: LlamaForCausalLM, input_ids: torch.Tensor,
+                   labels: torch.Tensor) -> torch.Tensor:
+    """Next-token loss on response positions only, projecting only those onto the vocabulary.
+
+    Same value as ``model(input_ids, labels=labels).loss``, but the LM head and softmax skip the
+    prompt and padding positions, which is a real saving at this size.
+    """
+    hidden = model.model(input_ids=input_ids).last_hidden_state  # (B, T, H)
+    targets = labels[:, 1:]  # position t predicts token t+1
+    keep = targets != -100
+    logits = model.lm_head(hidden[:, :-1][keep])  # (N_response_tokens, V)
+    return torch.nn.functional.cross_entropy(logits, targets[keep])
 
 
 def _lr_at(step: int, cfg: ToyModelConfig) -> float:
@@ -174,10 +215,7 @@ def _lr_at(step: int, cfg: ToyModelConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine)
 
 
-def _progress(enabled: bool):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
+def _progress(enabled: bool) -> Progress:
     return Progress(
         TextColumn("[bold]toy model[/bold] {task.description}"), BarColumn(),
         MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(),
@@ -199,7 +237,7 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
     out_dir.mkdir(parents=True, exist_ok=True)
     _seed_everything(cfg.seed)
 
-    corpus = make_corpus(cfg.n_train_examples, seed=cfg.seed)
+    corpus = make_corpus(cfg.n_train_examples, seed=TRAIN_CORPUS_SEED_BASE + cfg.seed)
     tok_texts = [chat_prompt_text(ex.prompt) + ex.response
                  for ex in corpus[: cfg.n_tokenizer_examples]]
     tok = train_tokenizer(tok_texts, cfg.vocab_size)
@@ -225,12 +263,13 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
 
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    # Decay the matrices, not the norms' gains.
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
     optim = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=True,
     )
     batches = _batches(rows, cfg.batch_size, np.random.default_rng(cfg.seed))
     losses: list[float] = []
@@ -239,7 +278,7 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
         for step in range(cfg.train_steps):
             for group in optim.param_groups:
                 group["lr"] = _lr_at(step, cfg)
-            loss = model(**_collate(next(batches), tok.pad_token_id)).loss
+            loss = _response_loss(model, **_collate(next(batches), tok.pad_token_id))
             optim.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -248,15 +287,19 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
             bar.update(task, advance=1, loss=float(np.mean(losses[-20:])))
 
     model.eval()
+    # max_new_tokens is set because transformers' fallback (max_length=20) would cut responses.
     model.generation_config = GenerationConfig(
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+        max_new_tokens=cfg.max_seq_len,
     )
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     summary = {
+        "initial_train_loss": losses[0] if losses else float("nan"),
         "final_train_loss": float(np.mean(losses[-20:])) if losses else float("nan"),
         "n_params": int(n_params),
         "n_train_rows": len(rows),
+        "n_dropped_overlong": len(corpus) - len(rows),
         "vocab_size": len(tok),
         "seconds": round(time.perf_counter() - started, 2),
         "config": cfg.to_dict(),
