@@ -80,6 +80,27 @@ def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig) -> i
     return int(order[min(idx, keep - 1)])
 
 
+def sample_tokens(logits: torch.Tensor, uniforms: Sequence[float],
+                  cfg: SamplingConfig) -> list[int]:
+    """`sample_token` for every row of a batch at once; row i uses uniforms[i].
+
+    Each row's softmax, sort and cumulative sum are computed along its own last dimension, so
+    a row samples the same token whatever else is in the batch.
+    """
+    if cfg.temperature <= 0:
+        return torch.argmax(logits, dim=-1).tolist()
+    probs = torch.softmax(logits.double() / cfg.temperature, dim=-1)
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    cum = torch.cumsum(sorted_p, dim=-1)
+    top_p = torch.full((cum.shape[0], 1), cfg.top_p, dtype=cum.dtype)
+    keep = (torch.searchsorted(cum, top_p) + 1).clamp(1, cum.shape[1])  # [B, 1]
+    total = torch.gather(cum, 1, keep - 1)
+    u = torch.tensor(uniforms, dtype=cum.dtype)[:, None] * total
+    # rows are searched up to their own `keep`: beyond it cum only grows, so clamp suffices
+    idx = torch.minimum(torch.searchsorted(cum, u), keep - 1)
+    return torch.gather(order, 1, idx).squeeze(1).tolist()
+
+
 def _cache_kwarg(model: torch.nn.Module) -> str:
     """transformers >= 5.2x names the cache argument `cache`; earlier releases `past_key_values`."""
     params = inspect.signature(model.forward).parameters
@@ -146,6 +167,7 @@ class HFGenerator:
         pending = list(range(len(requests)))[::-1]  # pop() from the end = FIFO
         rows: list[_Row] = []
         tensors: list[tuple[torch.Tensor, torch.Tensor]] = []
+        cache: DynamicCache | None = None  # rebuilt from `tensors` only after rows join or leave
         mask = torch.zeros((0, 0), dtype=torch.long, device=self.device)
         next_tokens: list[int] = []
 
@@ -180,7 +202,10 @@ class HFGenerator:
                 if not take(row, token):
                     newcomers.append((row, row_tensors, token))
             if newcomers:
+                if cache is not None:
+                    tensors = _layer_tensors(cache)
                 tensors, mask = self._splice(tensors, mask, [(r.n_prompt, t) for r, t, _ in newcomers])
+                cache = None
                 rows.extend(r for r, _, _ in newcomers)
                 next_tokens.extend(tok for _, _, tok in newcomers)
             if not rows:
@@ -189,10 +214,11 @@ class HFGenerator:
             positions = mask.sum(dim=1, keepdim=True)
             step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype,
                                                     device=self.device)], dim=1)
-            cache = _make_cache(tensors)
+            if cache is None:
+                cache = _make_cache(tensors)
             ids = torch.tensor(next_tokens, device=self.device)[:, None]
-            logits = self._forward(ids, step_mask, positions, cache)
-            tensors, mask = _layer_tensors(cache), step_mask
+            logits = self._forward(ids, step_mask, positions, cache)  # appends to `cache`
+            mask = step_mask
             stats.decode_steps += 1
             stats.decoded_slots += len(rows)
             stats.real_tokens += len(rows)
@@ -201,14 +227,15 @@ class HFGenerator:
             # 3. sample, retire finished rows
             keep: list[int] = []
             next_tokens = []
-            for j, row in enumerate(rows):
-                token = sample_token(logits[j], float(row.rng.random()), cfg)
+            uniforms = [float(row.rng.random()) for row in rows]
+            for j, (row, token) in enumerate(zip(rows, sample_tokens(logits, uniforms, cfg))):
                 if not take(row, token):
                     keep.append(j)
                     next_tokens.append(token)
             if len(keep) < len(rows):
                 rows = [rows[j] for j in keep]
-                tensors, mask = self._select(tensors, mask, keep)
+                tensors, mask = self._select(_layer_tensors(cache), mask, keep)
+                cache = None
         assert all(r is not None for r in results)
         return results, stats  # type: ignore[return-value]
 
