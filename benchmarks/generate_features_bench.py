@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="use the toy_tiny model")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache/lenbench"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
