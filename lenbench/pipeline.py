@@ -7,10 +7,12 @@ predictor is `evaluate.py`'s job; this module only wires stages together.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,16 +58,9 @@ class World:
     generation_card: dict
     target_path: str
     keys: dict = field(default_factory=dict)
-    _target: TargetModel | None = None
     model_cfg: dict = field(default_factory=dict)
     device: str = "cpu"
-
-    def target(self) -> TargetModel:
-        """The live target model, loaded on first request."""
-        if self._target is None:
-            self._target = load_target(self.target_path, self.model_cfg.get("dtype", "float32"),
-                                       self.device, self.model_cfg.get("revision"))
-        return self._target
+    target: Callable[[], TargetModel] | None = None  # the live target model, loaded on first call
 
     def rows(self, split: str) -> np.ndarray:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)
@@ -96,13 +91,11 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     device = resolve_device(cfg.get("device", "auto"))
     model_cfg = dict(cfg["model"])
     target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
-    world_target: list[TargetModel] = []
 
+    @functools.cache
     def target() -> TargetModel:
-        if not world_target:
-            world_target.append(load_target(target_path, model_cfg.get("dtype", "float32"),
-                                            device, model_cfg.get("revision")))
-        return world_target[0]
+        return load_target(target_path, model_cfg.get("dtype", "float32"), device,
+                           model_cfg.get("revision"))
 
     # build
     ds = dict(cfg["dataset"])
@@ -159,11 +152,9 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     model_info = {"name": model_cfg["name"], "key": model_key, "path": target_path}
     world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
                   generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
-                  device=device,
+                  device=device, target=target,
                   keys={"promptset": ds_stage.key, "generate": gen_stage.key,
                         "features": None if feat_stage is None else feat_stage.key})
-    if world_target:
-        world._target = world_target[0]
     return world
 
 
