@@ -68,16 +68,7 @@ class GenStats:
 
 def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig) -> int:
     """Inverse-CDF sampling with temperature and nucleus (top-p) filtering; greedy at T=0."""
-    if cfg.temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.double() / cfg.temperature, dim=-1)
-    sorted_p, order = torch.sort(probs, descending=True, stable=True)
-    cum = torch.cumsum(sorted_p, dim=0)
-    keep = int(torch.searchsorted(cum, torch.tensor(cfg.top_p, dtype=cum.dtype))) + 1
-    keep = min(max(keep, 1), sorted_p.numel())
-    total = float(cum[keep - 1])
-    idx = int(torch.searchsorted(cum[:keep], torch.tensor(uniform * total, dtype=cum.dtype)))
-    return int(order[min(idx, keep - 1)])
+    return sample_tokens(logits[None], [uniform], cfg)[0]
 
 
 def sample_tokens(logits: torch.Tensor, uniforms: Sequence[float],
