@@ -80,6 +80,33 @@ class SplitView:
         return self._table["prompt_token_ids"].map(len).to_numpy()
 
     @property
+    def response_token_ids(self) -> list[list[int]]:
+        """The target's own response tokens (hidden on the scored split: they reveal L)."""
+        self._check_visible()
+        return [list(x) for x in self._table["output_token_ids"]]
+
+    @property
+    def first_response_tokens(self) -> np.ndarray:
+        """y_1, the token sampled from the prefill logits: known to a server right after
+        prefill, so static predictors may read it (EAGLE-3's draft state after prefill does)."""
+        return self._table["output_token_ids"].map(lambda x: int(x[0]) if len(x) else -1).to_numpy()
+
+    def sequence_token_ids(self, i: int) -> np.ndarray:
+        """Prompt plus the whole response of row i, for teacher-forced dynamic prediction.
+
+        Visible on the scored split because the dynamic protocol walks the true response; a
+        predictor must use it causally (its estimate at step t may read tokens up to y_{t+1}).
+        """
+        row = self._table.iloc[i]
+        return np.concatenate([np.asarray(row["prompt_token_ids"], dtype=np.int64),
+                               np.asarray(row["output_token_ids"], dtype=np.int64)])
+
+    def _check_visible(self) -> None:
+        if not self._labels_visible:
+            raise LabelsHidden(f"the labels of the {self.name!r} split are hidden from predict(); "
+                               "learn from the split given to fit()")
+
+    @property
     def group_ids(self) -> np.ndarray:
         """The prompt id of each row (several samples of one prompt share it)."""
         return self._table["prompt_id"].to_numpy()
@@ -91,9 +118,7 @@ class SplitView:
     @property
     def lengths(self) -> np.ndarray:
         """L, the true output length of each row (counting EOS)."""
-        if not self._labels_visible:
-            raise LabelsHidden(f"the labels of the {self.name!r} split are hidden from predict(); "
-                               "learn from the split given to fit()")
+        self._check_visible()
         return self._table["L"].to_numpy()
 
     def _store(self) -> FeatureStore:

@@ -62,11 +62,14 @@ def generate_labels(
     max_prompt_tokens: int = 2048,
     keep_censored: bool = False,
     progress: bool = True,
+    generator=None,
 ) -> tuple[pd.DataFrame, dict]:
     """Generate `n_samples` responses per prompt into `out_dir` (resumable); return labels + card.
 
     Each sample draws from a random stream seeded by (seed, prompt hash, sample index), so the
-    result does not depend on batch size or shard boundaries' neighbours.
+    result does not depend on batch size or shard boundaries' neighbours. `generator` is any
+    backend with HFGenerator's `generate(requests, sampling, on_done)` method (default: the HF
+    backend on `model`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prompts = prompts.reset_index(drop=True)
@@ -74,7 +77,8 @@ def generate_labels(
     rendered = [render_prompt(tokenizer, t) for t in prompts["text"]]
     too_long = [len(r) > max_prompt_tokens for r in rendered]
     keep_idx = [i for i, bad in enumerate(too_long) if not bad]
-    generator = HFGenerator(model, eos, batch_size=batch_size)
+    if generator is None:
+        generator = HFGenerator(model, eos, batch_size=batch_size)
     shards = [keep_idx[i:i + shard_prompts] for i in range(0, len(keep_idx), shard_prompts)]
     total = len(keep_idx) * n_samples
     stats = GenStats()
