@@ -1,0 +1,222 @@
+"""OUTLETS and its ablations as lenbench predictors (specs/predictors.md §1-3).
+
+variant    | backbone trained with            | length head
+outlets    | L_SD + 0.1 L_len + 1e-5 ||head||² | joint, on the draft state at TTT step 0
+lp_only    | 0.1 L_len + 1e-5 ||head||²        | joint (no drafting loss)
+sd_only    | L_SD                              | fitted afterwards on the frozen backbone
+no_decoder | (no draft layer) fc only          | on fc(fused target features)
+
+`attention: llama` gives plain EAGLE-3 attention; `gate: headwise` one gate per head.
+Static prediction: the draft state at the last prompt position, whose token input is y_1 (the
+token the target sampled from the prefill logits): the state EAGLE-3 has right after prefill.
+Dynamic prediction: the same at position n-1+t, from one teacher-forced pass over the response.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lenbench import Needs, Predictor
+from lenbench.generation.runner import eos_token_ids
+from lenbench.outlets.modeling import DraftConfig, DraftModel
+from lenbench.outlets.overhead import decode_step_ms
+from lenbench.outlets.speculative import acceptance_report
+from lenbench.outlets.train import (
+    Sequence,
+    TrainConfig,
+    draft_states,
+    offline_acceptance,
+    train_draft,
+)
+from lenbench.outlets.vocab import build_draft_vocab
+
+log = logging.getLogger("lenbench")
+VARIANTS = ("outlets", "lp_only", "sd_only", "no_decoder")
+INFERRED = {  # choices the paper leaves open, recorded in every result (README: OUTLETS)
+    "fusion_layers": "hs[2], hs[L//2], hs[L-3] (EAGLE-3 code; the paper writes N-2 at the top)",
+    "length_loss_step": "TTT step 0 only, every response position",
+    "static_position": "last prompt position, token input y_1",
+    "prediction": "expm1(z_hat), at least 1 token",
+    "gate_projection": "separate W_theta (equivalent to fusing it into q_proj)",
+    "sd_loss_mask": "positions whose predicted token is a response token",
+}
+
+
+def _train_config(values: dict | None, **forced) -> TrainConfig:
+    values = dict(values or {})
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"outlets train: unknown keys {sorted(unknown)}; valid: {sorted(known)}")
+    if "betas" in values:
+        values["betas"] = tuple(values["betas"])
+    values.update(forced)
+    return TrainConfig(**values)
+
+
+def _sequences(split, rows=None) -> list[Sequence]:
+    rows = range(len(split)) if rows is None else rows
+    lengths = split.prompt_lengths
+    out = []
+    for i in rows:
+        ids = split.sequence_token_ids(i)
+        out.append(Sequence(ids, int(lengths[i]), len(ids) - int(lengths[i])))
+    return out
+
+
+class Outlets(Predictor):
+    needs = Needs(steps=True, target_model=True)
+
+    def __init__(self, variant: str = "outlets", attention: str = "gated",
+                 gate: str = "elementwise", head_input: str = "prenorm",
+                 draft_vocab_size: int = 32000, train: dict | None = None,
+                 head_train: dict | None = None, spec_prompts: int = 32, spec_depth: int = 5,
+                 spec_max_new_tokens: int = 64, overhead_batches: tuple[int, ...] = (1, 64),
+                 overhead_context: int = 512, batch_tokens: int = 16384, progress: bool = True):
+        if variant not in VARIANTS:
+            raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
+        self.variant, self.progress = variant, progress
+        self.choices = {"attention": attention, "gate": gate, "head_input": head_input,
+                        "decoder": variant != "no_decoder"}
+        DraftConfig(1, 1, 1, 1, 1, 1, 2, 1, **self.choices)  # reject bad names before any work
+        self.draft_vocab_size = draft_vocab_size
+        forced = {"lp_only": {"sd_weight": 0.0}, "no_decoder": {"sd_weight": 0.0},
+                  "sd_only": {"length_weight": 0.0}}.get(variant, {})
+        self.train_cfg = _train_config(train, **forced)
+        # sd_only's second phase: the train settings overridden by head_train, length loss only
+        self.head_cfg = _train_config({**(train or {}), **(head_train or {})}, sd_weight=0.0) \
+            if variant == "sd_only" else None
+        self.spec = {"prompts": spec_prompts, "depth": spec_depth,
+                     "max_new_tokens": spec_max_new_tokens}
+        self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
+        self.batch_tokens = batch_tokens
+        self.draft: DraftModel | None = None
+        self._report: dict = {}
+        self._scored = None
+
+    @property
+    def drafts(self) -> bool:
+        """True when the backbone learned to draft (it has an SD loss to check)."""
+        return self.variant in ("outlets", "sd_only")
+
+    # --- training -----------------------------------------------------------------------------
+
+    def build(self, target_model, d2t: torch.Tensor, t2d: torch.Tensor) -> DraftModel:
+        cfg = DraftConfig.from_target(target_model.config, len(d2t), **self.choices)
+        torch.manual_seed(self.seed)
+        return DraftModel(cfg, target_model.get_input_embeddings().weight, d2t, t2d)
+
+    def fit(self, train, val=None) -> None:
+        target = train.target.model
+        responses = train.response_token_ids
+        if not any(len(r) for r in responses):
+            raise ValueError("outlets trains on the target's own responses, and this data set "
+                             "has none (label import); use a generated data set")
+        vocab_size = target.config.vocab_size
+        d2t, t2d, vocab_card = build_draft_vocab(responses, vocab_size,
+                                                 min(self.draft_vocab_size, vocab_size))
+        self.draft = self.build(target, d2t, t2d)
+        self._random_init = copy.deepcopy(self.draft) if self.drafts else None
+        seqs = _sequences(train)
+        history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg, self.seed,
+                                           description=f"{self.variant} train",
+                                           progress=self.progress)}
+        if self.head_cfg is not None:  # sd_only: the head learns on the frozen backbone
+            history["length_head"] = train_draft(self.draft, target, seqs, self.head_cfg,
+                                                 self.seed, train_backbone=False,
+                                                 description="sd_only head",
+                                                 progress=self.progress)
+        self._report = {
+            "variant": self.variant, "draft_config": self.draft.cfg.to_dict(),
+            "train_config": self.train_cfg.to_dict(),
+            "head_train_config": self.head_cfg.to_dict() if self.head_cfg else None,
+            "inferred_choices": INFERRED, "draft_vocab": vocab_card,
+            "parameters": self.draft.parameter_counts(), "training": history}
+
+    # --- prediction ---------------------------------------------------------------------------
+
+    def _predict_log(self, split, seqs, positions) -> list[np.ndarray]:
+        return draft_states(self.draft, split.target.model, seqs, positions,
+                            self.batch_tokens, self.train_cfg.amp)
+
+    def predict(self, split) -> np.ndarray:
+        """After prefill: the prompt plus y_1, read at the last prompt position."""
+        self._scored = split
+        first = split.first_response_tokens
+        seqs = [Sequence(np.append(np.asarray(p, dtype=np.int64), first[i]), len(p), 1)
+                for i, p in enumerate(split.prompt_token_ids)]
+        z = self._predict_log(split, seqs, [np.array([s.n - 1]) for s in seqs])
+        return np.maximum(np.expm1(np.concatenate(z).astype(np.float64)), 1.0)
+
+    def predict_remaining(self, split) -> np.ndarray:
+        steps = split.steps
+        order = np.argsort(steps.row, kind="stable")
+        rows, starts = np.unique(steps.row[order], return_index=True)
+        groups = np.split(order, starts[1:])
+        seqs = _sequences(split, rows)
+        positions = [seqs[j].n - 1 + steps.t[g] for j, g in enumerate(groups)]
+        z = self._predict_log(split, seqs, positions)
+        out = np.empty(len(steps), dtype=np.float64)
+        for g, values in zip(groups, z):
+            out[g] = values
+        return np.maximum(np.expm1(out), 1.0)
+
+    # --- what the harness records -------------------------------------------------------------
+
+    def num_parameters(self) -> int | None:
+        if self.draft is None:
+            return None
+        counts = self.draft.parameter_counts()
+        return counts["backbone"] + counts["length_head"]
+
+    def report(self) -> dict:
+        """Training record, parameter counts, decode-step overhead and, for drafting
+        variants, speculative quality against a randomly initialised draft (on the scored
+        split's prompts)."""
+        if self.draft is None:
+            return {}
+        out = dict(self._report)
+        device = str(next(self.draft.parameters()).device)
+        out["overhead"] = {"device": device, "steps": [
+            decode_step_ms(self.draft, b, self.overhead_context) for b in self.overhead_batches]}
+        if self.drafts and self._scored is not None:
+            out["speculative"] = self._speculative(self._scored)
+        return out
+
+    def _speculative(self, split) -> dict:
+        target = split.target.model
+        eos = set(eos_token_ids(target, split.target.tokenizer))
+        _, first = np.unique(split.group_ids, return_index=True)
+        pick = np.sort(first)[: self.spec["prompts"]]
+        prompts = [split.prompt_token_ids[i] for i in pick]
+        seqs = _sequences(split, pick)
+        depth = self.spec["depth"]
+
+        def measure(draft: DraftModel) -> dict:
+            return {**acceptance_report(draft, target, prompts, depth,
+                                        self.spec["max_new_tokens"], eos),
+                    **offline_acceptance(draft, target, seqs, depth, self.batch_tokens)}
+
+        trained = measure(self.draft)
+        trained["random_init"] = measure(self._random_init.to(next(target.parameters()).device))
+        return trained
+
+    # --- persistence --------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        torch.save({"config": self.draft.cfg.to_dict(), "state": self.draft.state_dict(),
+                    "variant": self.variant, "amp": self.train_cfg.amp}, Path(path))
+
+    def load(self, path: str | Path) -> None:
+        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+        cfg = DraftConfig(**blob["config"])
+        state = blob["state"]
+        self.draft = DraftModel(cfg, state["embed_tokens.weight"], state["d2t"], state["t2d"])
+        self.draft.load_state_dict(state)
+        self.draft.eval()
