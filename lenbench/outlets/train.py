@@ -8,6 +8,7 @@ warmup then linear decay, gradient clipping, and bf16 autocast on devices that s
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 
@@ -18,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lenbench.features.extract import role_layers
 from lenbench.outlets.losses import acceptance_sums, l2_penalty, length_loss, sd_loss
 from lenbench.outlets.modeling import DraftModel, shift_left
+
+log = logging.getLogger("lenbench")
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,8 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
                 bar.update(task, advance=1, info=f"epoch {epoch} loss {float(loss.detach()):.4f}")
             history.append({"epoch": epoch, "steps": epoch_steps,
                             **{k: v / max(epoch_steps, 1) for k, v in sums.items()}})
+            log.info("%s epoch %d: %s", description, epoch, ", ".join(
+                f"{k} {v:.4f}" for k, v in history[-1].items() if k not in ("epoch", "steps")))
             if step >= total:
                 break
     draft.eval()
