@@ -81,6 +81,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     configure_threads(cfg.get("threads"))
     progress = bool(cfg.get("progress", True))
     container = OmegaConf.to_container(cfg, resolve=True)
+    if cfg.generation.get("worker") is not None:  # a shard worker only generates (pipeline.py)
+        prepare_world(container, need_features=False, progress=progress, generate_only=True)
+        return []
     members = _predictor_configs(cfg)
     built: list[tuple[str, dict, Any]] = []  # a predictor, or the exception its constructor raised
     for name, pcfg in members:
@@ -161,7 +164,7 @@ class LeaderboardCallback(Callback):
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig) -> None:
     run(cfg)
-    if HydraConfig.get().mode != RunMode.MULTIRUN:
+    if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.get("worker") is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
 
 

@@ -29,8 +29,9 @@ from lenbench.data.promptset import (
     source_from_config,
 )
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
+from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
-from lenbench.generation.runner import generate_labels
+from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
 from lenbench.models.loading import load_target, resolve_device, resolve_model
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage
@@ -39,6 +40,8 @@ log = logging.getLogger("lenbench")
 
 GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_samples", "seed",
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
+# Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
+OPTIONAL_GENERATION_KEYS = ("max_length_exclusive",)
 
 
 def seed_everything(seed: int) -> None:
@@ -85,8 +88,12 @@ def features_config(fc: dict, needs: list) -> dict:
 
 
 def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
-                  needs: list | None = None) -> World:
-    """Build (or reuse) model, PromptSet, labels and, if asked, features."""
+                  needs: list | None = None, generate_only: bool = False) -> World | None:
+    """Build (or reuse) model, PromptSet, labels and, if asked, features.
+
+    `generate_only` stops after the generate stage and returns None: a generation worker
+    (`generation.worker=i`) only writes its shards, the sweep that follows reads the labels.
+    """
     cache = Path(cfg["paths"]["cache_dir"])
     device = resolve_device(cfg.get("device", "auto"))
     model_cfg = dict(cfg["model"])
@@ -119,7 +126,10 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
         gen_stage = _import_stage(cache, prompts, lengths, model_key, ds_stage.key, target_path,
                                   need_features, ds["name"])
     else:
-        gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target, progress)
+        gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target,
+                                    target_path, progress)
+    if generate_only:
+        return None
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
     gen_card = json.loads((gen_stage.path / "card.json").read_text())
     if len(labels) == 0:
@@ -178,26 +188,86 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, lengths: dict, model_key: 
     return stage
 
 
-def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: str, parent: str,
-                    target, progress: bool) -> Stage:
-    """Regenerate every prompt's responses with the target (resumable at shard granularity)."""
+def generation_stage_config(cfg: dict, model_key: str) -> dict:
+    """The generate stage's cache key config: what changes the labels, nothing that doesn't
+    (batch size, worker layout, concurrency and other throughput settings are left out)."""
     gen = dict(cfg["generation"])
-    if gen.get("backend", "hf") != "hf":
-        raise ValueError(f"generation.backend={gen['backend']!r} is not available yet; use 'hf'")
-    stage = Stage(cache, "generate",
-                  {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}}, parent=parent)
-    with stage.lock():
+    model_cfg = dict(cfg["model"])
+    key = {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}, **label_key(gen)}
+    key.update({k: gen[k] for k in OPTIONAL_GENERATION_KEYS if gen.get(k) is not None})
+    if model_cfg.get("chat_template_kwargs"):
+        key["chat_template_kwargs"] = dict(model_cfg["chat_template_kwargs"])
+    if model_cfg.get("source", "hf") != "toy":  # a hub/local model's key is only its path+revision
+        key["dtype"] = model_cfg.get("dtype")
+    return key
+
+
+def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: str, parent: str,
+                    target, target_path: str, progress: bool) -> Stage:
+    """Regenerate every prompt's responses with the target (resumable at shard granularity).
+
+    With `generation.worker=i` (of `generation.workers=N`) this process writes only its own
+    shards into the stage's partial folder, without holding the stage lock, so N processes (one
+    per GPU, or N SLURM jobs) fill it together; the one that finds every shard on disk merges
+    them under the lock. The merge reads shards in shard order, as a one-process run does.
+    """
+    gen = dict(cfg["generation"])
+    model_cfg = dict(cfg["model"])
+    backend = backend_name(gen)
+    stage = Stage(cache, "generate", generation_stage_config(cfg, model_key), parent=parent)
+    if stage.done:
+        return stage
+    workers = int(gen.get("workers") or 1)
+    worker = gen.get("worker")
+    revision = model_cfg.get("revision")
+
+    def run(out_dir: Path, worker_i: int, n_workers: int) -> tuple[pd.DataFrame, dict]:
+        # tokenizer and EOS ids without weights: the HF model loads only if a shard is left to
+        # generate with the hf backend (vllm and openai never load it here)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(target_path, revision=revision)
+        eos = pretrained_eos_ids(target_path, tokenizer, revision)
+        handle = GenerationTarget(path=target_path, revision=revision,
+                                  dtype=model_cfg.get("dtype", "float32"), tokenizer=tokenizer,
+                                  load=target)
+        sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
+        labels, card = generate_labels(
+            prompts, None, tokenizer, out_dir, sampling,
+            n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen.get("batch_size", 32),
+            shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
+            keep_censored=gen["keep_censored"], progress=progress, eos_ids=eos,
+            generator_factory=lambda: make_generator(gen, handle, eos),
+            chat_template_kwargs=dict(model_cfg.get("chat_template_kwargs") or {}),
+            max_length_exclusive=gen.get("max_length_exclusive"),
+            worker=worker_i, num_workers=n_workers)
+        card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
+                     "model_dtype": model_cfg.get("dtype"),
+                     "backend_config": {k: gen.get(k) for k in sorted(gen)}})
+        return labels, card
+
+    def write(tmp: Path, labels: pd.DataFrame, card: dict) -> None:
+        labels.to_parquet(tmp / "labels.parquet", index=False)
+        (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+
+    if worker is None:
+        with stage.lock():
+            if not stage.done:
+                with stage.building(resume=True) as tmp:
+                    write(tmp, *run(tmp / "shards", 0, 1))
+        return stage
+    # a shard worker: no stage lock while generating (the other workers write beside it)
+    stage.partial.mkdir(parents=True, exist_ok=True)
+    try:
+        labels, card = run(stage.partial / "shards", int(worker), workers)
+    except ShardsPending as exc:
+        log.info("%s", exc)
+        return stage
+    with stage.lock():  # every shard is on disk: the first worker here merges
         if not stage.done:
             with stage.building(resume=True) as tmp:
-                tm = target()
-                sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
-                labels, card = generate_labels(
-                    prompts, tm.model, tm.tokenizer, tmp / "shards", sampling,
-                    n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
-                    shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
-                    keep_censored=gen["keep_censored"], progress=progress)
-                labels.to_parquet(tmp / "labels.parquet", index=False)
-                (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+                write(tmp, labels, card)
+    log.info("generate stage complete: %s", stage.path)
     return stage
 
 

@@ -1,0 +1,65 @@
+"""Backend dispatch: `generation.backend` -> a generator with HFGenerator's `generate` method.
+
+Every backend receives the prompt ids lenbench rendered and the same EOS ids, and reports L the
+same way (DESIGN.md §4), so labels from `hf`, `vllm` and `openai` differ only by the backend's
+numerics and random streams. Backend modules are imported only when chosen: vLLM is an optional
+extra and the OpenAI client needs a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+BACKENDS = ("hf", "vllm", "openai")
+
+# Backend-specific `generation.*` keys that change which tokens are sampled, and so enter the
+# generate stage's cache key. Throughput settings (batch_size, concurrency, tensor_parallel_size,
+# gpu_memory_utilization, retries, timeouts) are deliberately absent: changing them reuses labels.
+LABEL_KEYS: dict[str, tuple[str, ...]] = {
+    "hf": (),
+    "vllm": ("dtype", "quantization", "sampling_extra"),
+    "openai": ("model", "extra_body"),
+}
+
+
+@dataclass
+class GenerationTarget:
+    """What a backend may need of the target model; the HF weights load only if asked for."""
+
+    path: str
+    revision: str | None
+    dtype: str
+    tokenizer: Any
+    load: Callable[[], Any]  # -> lenbench.predictor.TargetModel (memoised by the caller)
+
+
+def backend_name(gen_cfg: dict) -> str:
+    name = gen_cfg.get("backend", "hf")
+    if name not in BACKENDS:
+        raise ValueError(f"generation.backend={name!r} is unknown; use one of {list(BACKENDS)} "
+                         "(generation=hf | generation=vllm | generation=openai)")
+    return name
+
+
+def label_key(gen_cfg: dict) -> dict:
+    """The backend-specific part of the generate stage's cache key (only keys that are set)."""
+    return {k: gen_cfg[k] for k in LABEL_KEYS[backend_name(gen_cfg)]
+            if gen_cfg.get(k) not in (None, {}, [])}
+
+
+def make_generator(gen_cfg: dict, target: GenerationTarget, eos_ids: Sequence[int]):
+    """The generator `generation.backend` names, built from the `generation` config group."""
+    name = backend_name(gen_cfg)
+    if name == "hf":
+        from lenbench.generation.hf import HFGenerator
+
+        return HFGenerator(target.load().model, eos_ids, batch_size=int(gen_cfg["batch_size"]))
+    if name == "vllm":
+        from lenbench.generation.vllm_backend import VLLMGenerator
+
+        return VLLMGenerator.from_config(gen_cfg, target, eos_ids)
+    from lenbench.generation.openai_backend import OpenAIGenerator
+
+    return OpenAIGenerator.from_config(gen_cfg, target.tokenizer, eos_ids)
