@@ -79,10 +79,11 @@ def test_outlets_through_the_harness(e2e, tmp_path: Path) -> None:
 
 def test_predictions_have_the_right_shapes_and_survive_save_and_load(e2e, tmp_path: Path) -> None:
     """Fit on the session's tiny world directly, then a reloaded copy predicts the same."""
-    from lenbench.evaluate import views
-    from lenbench.pipeline import prepare_world
     from conftest import E2E_UPSTREAM, REPO
     from hydra import compose, initialize_config_dir
+
+    from lenbench.evaluate import views
+    from lenbench.pipeline import prepare_world
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[*E2E_UPSTREAM, *e2e.paths(), "predictor=outlets",
