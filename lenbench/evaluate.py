@@ -24,6 +24,7 @@ from lenbench.results import (
     config_hash,
     environment_info,
     git_info,
+    json_safe,
     result_path,
     utc_now,
     write_result,
@@ -54,6 +55,7 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
         "config_hash": config_hash(identity),
         "metrics": None,
         "timings": None,
+        "report": {},
         "config": cfg,
         "stage_keys": world.keys,
         "generation": {k: world.generation_card.get(k) for k in (
@@ -109,7 +111,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                              f"{len(steps)} steps")
         metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
                                              n_boot=n_boot, seed=seed, ci=ci,
-                                             n_bins=int(ev.get("progress_bins", 10)))
+                                             n_bins=int(ev.get("progress_bins", 10)),
+                                             observed_steps=_observed_steps(ev))
         step_ms = 1000 * step_s / max(len(steps), 1)
         result["predictor"]["dynamic"] = True
     result["metrics"] = metrics
@@ -117,11 +120,32 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                          "predict_ms_per_request": 1000 * predict_s / len(test),
                          "predict_ms_per_step": step_ms,
                          "n_parameters": predictor.num_parameters()}
+    result["report"] = predictor_report(predictor, name)
     result["predictions"] = {"true": true.tolist(), "pred": pred.tolist()}
     sim = cfg.get("sim") or {}
     if sim.get("enabled", False):
         result["scheduling"] = schedule(true, pred, test.prompt_lengths, name, sim)
     return result
+
+
+def _observed_steps(ev: dict) -> tuple[int, ...] | None:
+    """`eval.observed_steps` (a list of t), or None for the default grid 0, 8, 16, 32, ..."""
+    steps = ev.get("observed_steps")
+    return None if steps is None else tuple(int(t) for t in steps)
+
+
+def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
+    """`predictor.report()` as plain JSON values, checked now so that a bad value names the
+    predictor instead of breaking the result write after the run's work is done."""
+    report = predictor.report()
+    if not isinstance(report, dict):
+        raise TypeError(f"{name}.report() returned {type(report).__name__}; return a dict of "
+                        "JSON-serialisable values ({} when there is nothing to report)")
+    try:
+        return json_safe(report)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}.report() is not JSON-serialisable ({exc}); return numbers, "
+                        "strings, lists and dicts (numpy values are converted)") from exc
 
 
 def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,

@@ -4,12 +4,16 @@ The leaderboard is a pure function of the results folder (DESIGN.md §5): no clo
 and no machine state goes into README.md, and everything is sorted, so rebuilding from the same
 folder gives byte-identical markdown and a diff of the leaderboard is a diff of the results.
 Failed runs and unreadable files are listed, never dropped, so missing coverage stays visible.
+Per (dataset, model), "Predictor details" shows what each predictor reported about itself
+(`Predictor.report()`: flat entries, a speculative-decoding table) and every dynamic predictor's
+MAE by observed steps; a report's ``row_labels`` name its rows in the main table.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -51,6 +55,7 @@ class _Row:
     params_key: str
     results: list[dict[str, Any]] = field(default_factory=list)
     label: str = ""
+    base_label: str = ""  # the predictor's name (plus params), without the variant
 
     def static(self, r: dict[str, Any]) -> dict[str, Any] | None:
         metrics = r.get("metrics") or {}
@@ -81,6 +86,23 @@ class _Row:
 
 def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _report(r: dict[str, Any]) -> dict[str, Any]:
+    report = r.get("report")
+    return report if isinstance(report, dict) else {}
+
+
+def _row_label(row: _Row) -> str | None:
+    """What the row shows after the name: the predictor's own description from
+    ``report["row_labels"]`` ("predict" for the main row, else the variant's name), taken from
+    the lowest seed that has one; else the variant's name; None for a plain main row."""
+    key = "predict" if row.variant is None else row.variant
+    for r in row.results:  # sorted by seed
+        text = (_report(r).get("row_labels") or {}).get(key)
+        if isinstance(text, str) and text.strip():
+            return text
+    return row.variant
 
 
 def _mean(vals: Sequence[float]) -> float | None:
@@ -118,10 +140,10 @@ def _build_rows(ok: list[dict[str, Any]]) -> tuple[list[_Row], int]:
     for name, _, _, pkey in rows:
         n_params[name].add(pkey)
     for row in rows.values():
-        label = row.name if row.variant is None else f"{row.name} ({row.variant})"
-        if len(n_params[row.name]) > 1:
-            label += f" [params {row.params_key[:6]}]"
-        row.label = label
+        described = _row_label(row)
+        label = row.name if described is None else f"{row.name} ({described})"
+        suffix = f" [params {row.params_key[:6]}]" if len(n_params[row.name]) > 1 else ""
+        row.label, row.base_label = label + suffix, row.name + suffix
 
     def order(row: _Row) -> tuple[Any, ...]:
         mae = row.sort_mae
@@ -168,10 +190,10 @@ def _count(x: float | None) -> str:
     return f"{x:.0f}"
 
 
-def _cell(text: Any) -> str:
+def _cell(text: Any, limit: int = 200) -> str:
     """Text safe inside a markdown table cell: one line, pipes escaped, bounded length."""
     s = " ".join(str(text).split())
-    s = s if len(s) <= 200 else s[:197] + "..."
+    s = s if len(s) <= limit else s[:limit - 3] + "..."
     return s.replace("|", "\\|")
 
 
@@ -283,6 +305,215 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     except (KeyError, TypeError, ValueError) as exc:  # an older or partial scheduling record
         lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# predictor details: what each predictor reported about itself
+
+
+MAX_LIST = 8  # longer lists in a report are per-row or per-step data, not a figure to print
+SPEC_KEYS = ("tau", "alpha", "acc", "expected_acceptance")
+MAX_DEPTH_COLUMNS = 6  # deeper drafts show the mean over depths instead of one column per depth
+
+
+def _is_scalar(x: Any) -> bool:
+    return x is None or isinstance(x, (str, bool, int, float))
+
+
+def _flatten(report: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], int]:
+    """Dotted keys -> printable values (scalars and short lists of scalars), and how many entries
+    were left out as too long or not flat. ``row_labels`` (used by the tables) and the figures
+    the speculative-decoding table shows are skipped here."""
+    out: dict[str, Any] = {}
+    skipped = 0
+    for key in sorted(report, key=_natural):
+        value, dotted = report[key], f"{prefix}{key}"
+        if dotted == "row_labels":
+            continue
+        if dotted.startswith("speculative.") and _speculative_key(dotted):
+            continue
+        if isinstance(value, dict):
+            sub, n = _flatten(value, dotted + ".")
+            out.update(sub)
+            skipped += n
+        elif isinstance(value, list):
+            if len(value) <= MAX_LIST and all(_is_scalar(v) for v in value):
+                out[dotted] = value
+            else:
+                skipped += 1
+        else:
+            out[dotted] = value
+    return out, skipped
+
+
+def _natural(key: Any) -> tuple[tuple[int, Any], ...]:
+    """Sort key that orders digits by value: "t=8" before "t=16", "alpha_2" before "alpha_10"."""
+    parts = re.split(r"(\d+)", str(key))
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def _speculative_key(dotted: str) -> bool:
+    parts = dotted.split(".")[1:]
+    if parts and parts[0] == "random_init":
+        parts = parts[1:]
+    return len(parts) == 1 and parts[0] in SPEC_KEYS
+
+
+def _fmt_value(x: Any) -> str:
+    if x is None:
+        return DASH
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    if isinstance(x, list):
+        return "[" + ", ".join(_fmt_value(v) for v in x) + "]"
+    return str(x)
+
+
+def _seed_values(values: list[Any]) -> str:
+    """One cell from a report entry's values over seeds: numbers as mean ± sample std, anything
+    else as its distinct values in seed order."""
+    present = [v for v in values if v is not None]
+    nums = [float(v) for v in present if _is_num(v) and math.isfinite(v)]
+    if present and len(nums) == len(present):
+        if len(nums) == 1 or len(set(nums)) == 1:
+            return _fmt_value(present[0])
+        return f"{statistics.fmean(nums):.4g} ± {statistics.stdev(nums):.2g}"
+    shown: list[str] = []
+    for v in values:
+        text = _fmt_value(v)
+        if text not in shown:
+            shown.append(text)
+    return " / ".join(shown) if shown else DASH
+
+
+def _observed_steps_table(rows: list[_Row]) -> list[str]:
+    """Remaining-length MAE at t = 0, 8, 16, 32, ... observed steps, one row per dynamic
+    predictor (the ForeLen/PLP warm-up reading), with the requests still decoding at each t."""
+    entries = []
+    for row in rows:
+        if row.variant is not None:
+            continue
+        dyn = [((r.get("metrics") or {}).get("dynamic") or {}) for r in row.results]
+        dyn = [d for d in dyn if isinstance(d.get("observed_steps"), list)]
+        if dyn:
+            entries.append((row, dyn))
+    if not entries:
+        return []
+    ts = sorted({int(t) for _, dyn in entries for d in dyn for t in d["observed_steps"]})
+
+    def at(d: dict[str, Any], key: str, t: int) -> Any:
+        values = d.get(key) or []
+        i = d["observed_steps"].index(t) if t in d["observed_steps"] else None
+        return values[i] if i is not None and i < len(values) else None
+
+    body = []
+    for row, dyn in entries:
+        cells = [_cell(row.label)]
+        for t in ts:
+            vals = [at(d, "mae_by_observed_steps", t) for d in dyn]
+            cells.append(_mean_std([float(v) for v in vals if _is_num(v)]))
+        cells.append(_time(_mean(row.values("timings", "predict_ms_per_step"))))
+        body.append(cells)
+    first = entries[0][1][0]
+    counts = [at(first, "n_by_observed_steps", t) for t in ts]
+    body.append(["*requests decoding at t*"] + [DASH if c is None else str(c) for c in counts]
+                + [""])
+    header = ["Predictor"] + [f"t = {t}" for t in ts] + ["ms/step"]
+    return ["#### Dynamic MAE by observed steps", "",
+            _table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
+            ("MAE of the remaining length L − t at exactly t generated tokens, over the requests "
+             "still decoding at t (last row; from the lowest-seed result), mean ± std over seeds. "
+             "ms/step: the predictor's own latency per decoding step."), ""]
+
+
+def _depth_list(spec: dict[str, Any], key: str) -> list[float] | None:
+    values = spec.get(key)
+    if isinstance(values, list) and values and all(_is_num(v) for v in values):
+        return [float(v) for v in values]
+    return None
+
+
+def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """τ and per-depth acceptance for predictors that report a ``speculative`` dict, each beside
+    its random-init draft (``speculative.random_init``) when reported."""
+    table_rows: list[tuple[str, list[dict[str, Any]]]] = []
+    for label, specs in entries:
+        table_rows.append((_cell(label), specs))
+        rand = [s["random_init"] for s in specs if isinstance(s.get("random_init"), dict)]
+        if rand:
+            table_rows.append((f"*{_cell(label)}, random init* (ref)", rand))
+    # (column key, index base, header symbol)
+    groups = [("alpha", 1, "α"), ("acc", 0, "acc"), ("expected_acceptance", 0, "E[acc]")]
+    depth = {key: max((len(_depth_list(s, key) or []) for _, specs in table_rows for s in specs),
+                      default=0) for key, _, _ in groups}
+    header = ["Predictor", "τ"]
+    for key, base, sym in groups:
+        if 0 < depth[key] <= MAX_DEPTH_COLUMNS:
+            header += [f"{sym}_{base + i}" for i in range(depth[key])]
+        elif depth[key]:
+            header.append(f"mean {sym}")
+    body = []
+    for label, specs in table_rows:
+        taus = [float(s["tau"]) for s in specs if _is_num(s.get("tau"))]
+        cells = [label, _mean_std(taus, 2)]
+        for key, _, _ in groups:
+            lists = [v for v in (_depth_list(s, key) for s in specs) if v]
+            if 0 < depth[key] <= MAX_DEPTH_COLUMNS:
+                for i in range(depth[key]):
+                    cells.append(_num(_mean([v[i] for v in lists if i < len(v)]), 3))
+            elif depth[key]:
+                cells.append(_num(_mean([statistics.fmean(v) for v in lists]), 3))
+        body.append(cells)
+    return ["#### Speculative decoding quality", "",
+            _table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
+            ("As reported by each predictor (`report()[\"speculative\"]`), means over seeds: τ is "
+             "the mean acceptance length (tokens per drafting round), α_i the acceptance rate at "
+             "draft depth i, acc_i the offline top-1 agreement of the draft with the target at "
+             "depth i, E[acc]_i the expected acceptance at depth i from that agreement. The "
+             "random-init row is the same draft untrained: the floor the training lifts."), ""]
+
+
+def _details_section(rows: list[_Row]) -> list[str]:
+    """Predictor details: the dynamic observed-steps table, the speculative-decoding table and,
+    per predictor, the flat entries of its ``report`` (mean ± std over seeds for numbers)."""
+    mains = [row for row in rows if row.variant is None and row.kind == "predictor"]
+    mains.sort(key=lambda row: row.base_label)
+    lines = _observed_steps_table(mains)
+    spec_entries = []
+    for row in mains:
+        specs = [_report(r).get("speculative") for r in row.results]
+        specs = [s for s in specs if isinstance(s, dict)]
+        if specs:
+            spec_entries.append((row.base_label, specs))
+    if spec_entries:
+        lines += _speculative_table(spec_entries)
+    for row in mains:
+        reports = [_report(r) for r in row.results]
+        flat = [_flatten(rep) for rep in reports]
+        keys = sorted({k for f, _ in flat for k in f}, key=_natural)
+        if not keys:
+            continue
+        seeds = ", ".join(str(r["seed"]) for r in row.results)
+        body = [[f"`{_cell(k)}`", _cell(_seed_values([f.get(k) for f, _ in flat]), 600)]
+                for k in keys]
+        lines += [f"#### {_cell(row.base_label)}", "",
+                  f"Reported by the predictor (seeds {seeds}).", "",
+                  _table(["Entry", "Value"], [":---", ":---"], body), ""]
+        skipped = max(n for _, n in flat)
+        if skipped:
+            note = f"{skipped} longer list(s) are in the result files only."
+            lines += [note, ""]
+    if not lines:
+        return []
+    return ["### Predictor details", "",
+            ("Figures each predictor measured about itself (`Predictor.report()`, stored in its "
+             "result file) and dynamic predictors' error by observed steps. Numbers are means "
+             "over seeds (± sample std when they differ); other entries show their distinct "
+             "values in seed order."), "", *lines]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,6 +652,7 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
         written.add(scatter)
         lines += [f"![Predicted vs true length, {title}]({scatter.name})", ""]
 
+    lines += _details_section(rows)
     lines += _scheduling_section(ok, out_dir, stem, written, title)
     return lines
 

@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-__all__ = ["bootstrap_ratio_ci", "dynamic_metrics", "noise_floor_predictions", "static_metrics"]
+__all__ = [
+    "bootstrap_ratio_ci",
+    "dynamic_metrics",
+    "noise_floor_predictions",
+    "observed_step_grid",
+    "static_metrics",
+]
 
 # Bootstrap replicates are computed in blocks so that memory stays bounded (block x n_groups ints).
 _BOOT_BLOCK = 256
@@ -143,13 +149,21 @@ def dynamic_metrics(
     seed: int = 0,
     ci: float = 0.95,
     n_bins: int = 10,
+    observed_steps: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
-    """Remaining-length MAE by the OUTLETS protocol, its prompt-level CI, and MAE by progress bin.
+    """Remaining-length MAE by the OUTLETS protocol, its prompt-level CI, and MAE by progress bin
+    and by observed steps.
 
     Per request, the mean over its scored steps of |(L - t) - r_t|; then the plain mean over requests,
     so long responses (many steps) do not dominate (DESIGN.md §4). Steps may be strided: only the
     steps given are averaged. ``mae_by_progress[b]`` uses steps with floor(n_bins * t / L) == b, also
     averaged per request first; it is None for a bin that no step falls in.
+
+    ``mae_by_observed_steps[i]`` is the ForeLen/PLP warm-up reading (specs/predictors.md §4.3):
+    the MAE of L - t at exactly t = ``observed_steps[i]`` over the requests still decoding at t
+    (one step per request, so a plain mean), with ``n_by_observed_steps[i]`` such requests. The
+    default steps are 0, 8, 16, 32, ... up to the largest scored t. A t that strided features
+    skip has no steps: its MAE is None and its count 0.
     """
     step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
     step_t = np.asarray(step_t).reshape(-1).astype(np.int64)
@@ -197,6 +211,15 @@ def dynamic_metrics(
         has = c_cnt[:, k] > 0
         by_progress.append(float(np.mean(c_sum[has, k] / c_cnt[has, k])) if has.any() else None)
 
+    if observed_steps is None:
+        observed_steps = observed_step_grid(int(step_t.max()))
+    by_observed: list[float | None] = []
+    n_observed: list[int] = []
+    for t in observed_steps:
+        at = step_t == t
+        n_observed.append(int(np.unique(step_row[at]).size))
+        by_observed.append(float(abs_err[at].mean()) if at.any() else None)
+
     return {
         "n_steps": int(n_steps),
         "n_requests": int(scored.sum()),
@@ -204,9 +227,21 @@ def dynamic_metrics(
         "mae": float(r_mean.mean()),
         "mae_ci": bootstrap_ratio_ci(g_sum[present], g_cnt[present], n_boot, seed, ci),
         "mae_by_progress": by_progress,
+        "observed_steps": [int(t) for t in observed_steps],
+        "mae_by_observed_steps": by_observed,
+        "n_by_observed_steps": n_observed,
         "mean_remaining": float(remaining.mean()),
         "std_remaining": float(remaining.std()),
     }
+
+
+def observed_step_grid(max_t: int) -> list[int]:
+    """0, 8, 16, 32, 64, ... up to ``max_t``: the observed-step counts the ForeLen note reports."""
+    grid, t = [0], 8
+    while t <= max_t:
+        grid.append(t)
+        t *= 2
+    return grid
 
 
 def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarray:

@@ -102,3 +102,18 @@ class Predictor:
     def num_parameters(self) -> int | None:
         """Trainable parameter count, reported in the results (None when not meaningful)."""
         return None
+
+    def report(self) -> dict[str, Any]:
+        """Extra figures this predictor measured about itself, stored as the result's `report`.
+
+        The harness calls it once, after `predict` (and `predict_remaining`), so it may describe
+        the scored split: counts of unparseable answers, acceptance rates, calibration factors,
+        its own overheads. Values must be JSON-serialisable (numbers, strings, lists, nested
+        dicts; numpy scalars and arrays are converted). The leaderboard's "Predictor details"
+        lists the scalar and short-list entries, nested keys dotted (`a.b`); a `speculative`
+        dict (`tau`, `alpha`, `acc`, `expected_acceptance`, and the same under `random_init`)
+        gets its own table, and `row_labels` ({"predict": "raw", "<variant>": "..."}) names the
+        main and variant rows of the leaderboard table. Never put test labels or per-row
+        predictions here.
+        """
+        return {}

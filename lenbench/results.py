@@ -15,6 +15,8 @@ contract between a run and everything that reads it later. Shape of a result::
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
                      variants: {name: static_metrics()}}
     timings         {fit_s, predict_s, predict_ms_per_request, predict_ms_per_step, n_parameters}
+    report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
+                    references and failed runs; absent in files written before it existed)
     predictions     {true: [...], pred: [...]}       optional (test set, for plots)
     scheduling      {...}                            optional, free-form
     config          resolved config dict
@@ -49,6 +51,7 @@ __all__ = [
     "config_hash",
     "environment_info",
     "git_info",
+    "json_safe",
     "load_results",
     "result_path",
     "utc_now",
@@ -131,6 +134,15 @@ def _sanitise_floats(obj: Any) -> Any:
     if hasattr(obj, "tolist"):  # numpy arrays and scalars
         return _sanitise_floats(obj.tolist())
     return obj
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` as plain JSON values (numpy converted, NaN/inf as null); TypeError if impossible.
+
+    Used to check free-form parts of a result (a predictor's report) when they are produced, so
+    a bad value names its source instead of failing the final write.
+    """
+    return json.loads(json.dumps(_sanitise_floats(obj), allow_nan=False, default=_json_default))
 
 
 def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
@@ -301,6 +313,8 @@ def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
                         "predictions")
     if d.get("scheduling") is not None:
         _check_type(d["scheduling"], "scheduling", source, "object")
+    if d.get("report") is not None:
+        _check_type(d["report"], "report", source, "object")
     return d
 
 

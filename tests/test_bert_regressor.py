@@ -52,3 +52,5 @@ def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
     result = run_predictor(e2e, tmp_path, "bert_regressor")
     assert result["predictor"]["params"]["model_path"] is None
     assert result["timings"]["n_parameters"] > 20_000_000
+    assert result["report"]["batch1_latency_ms"] > 0  # the proxy's own cost, one prompt alone
+    assert result["report"]["predict_batch_size"] == 64

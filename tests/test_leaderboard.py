@@ -142,3 +142,123 @@ def test_other_params_get_their_own_row(tmp_path: Path) -> None:
              for r in _table_rows(build_leaderboard(res, tmp_path / "out").read_text())]
     labelled = [n for n in names if n.startswith("mlp_probe [params ")]
     assert len(labelled) == 2 and labelled[0] != labelled[1]  # never averaged together
+
+
+# ---------------------------------------------------------------------------------------------
+# predictor details: Predictor.report() and the dynamic observed-steps table, on synthetic results
+
+
+def _synthetic(res: Path, name: str, seed: int, report: dict | None = None,
+               dynamic: dict | None = None, **timings: float) -> None:
+    """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras."""
+    base = next(r for r in load_results(GOLDEN)[0]
+                if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
+    r = json.loads(json.dumps(base))
+    del r["_source"]
+    r["predictor"]["name"], r["seed"] = name, seed
+    r["config_hash"] = f"{name[:4]}{seed:08d}".ljust(12, "0")
+    if report is not None:
+        r["report"] = report
+    if dynamic is None:
+        r["metrics"]["dynamic"], r["predictor"]["dynamic"] = None, False
+    else:
+        r["metrics"]["dynamic"].update(dynamic)
+    r["timings"].update(timings)
+    write_result(result_path(res, "toyworld", "toy", name, r["config_hash"]), r)
+
+
+SPEC = {"tau": 2.5, "alpha": [0.8, 0.6, 0.4], "acc": [0.9, 0.7, 0.5],
+        "expected_acceptance": [0.9, 0.63, 0.32], "n_rounds": 40,
+        "random_init": {"tau": 1.0, "alpha": [0.0, 0.0, 0.0], "acc": [0.01, 0.0, 0.0],
+                        "expected_acceptance": [0.01, 0.0, 0.0]}}
+
+
+@pytest.fixture(scope="module")
+def details(tmp_path_factory: pytest.TempPathFactory) -> str:
+    res = tmp_path_factory.mktemp("details_res")
+    for seed, (n_bad, tpw) in enumerate([(3, 1.25), (5, 1.25)]):
+        _synthetic(res, "pia", seed, {
+            "n_asked": 40, "n_unparseable": n_bad, "tokens_per_word": tpw, "unit": "words",
+            "examples": ["'About 150 words' -> 150", "'no idea' -> none"],
+            "per_row": list(range(100)),  # long: stays in the file only
+            "row_labels": {"predict": "raw, words", "calibrated": "calibrated, tokens/word = 1.25"},
+            "nested": {"b": 2, "a": {"c": True}}})
+    pia = next(iter((res / "toyworld" / "toy" / "pia").glob("*.json")))
+    for path in (res / "toyworld" / "toy" / "pia").glob("*.json"):
+        d = json.loads(path.read_text())
+        d["metrics"]["variants"] = {"calibrated": d["metrics"]["static"]}
+        write_result(path, d)
+    assert pia.exists()
+    _synthetic(res, "plp", 0, {}, dynamic={"observed_steps": [0, 8, 16],
+                                           "mae_by_observed_steps": [30.0, 25.0, None],
+                                           "n_by_observed_steps": [8, 6, 0]},
+               predict_ms_per_step=0.5)
+    _synthetic(res, "plp", 1, {}, dynamic={"observed_steps": [0, 8, 16],
+                                           "mae_by_observed_steps": [34.0, 27.0, None],
+                                           "n_by_observed_steps": [8, 6, 0]},
+               predict_ms_per_step=0.7)
+    _synthetic(res, "outlets", 0, {"speculative": SPEC, "overhead_ms": 1.5})
+    return build_leaderboard(res, tmp_path_factory.mktemp("details_out")).read_text("utf-8")
+
+
+def _block(md: str, heading: str) -> str:
+    """The text under a `#### heading` up to the next heading."""
+    rest = md.split(f"#### {heading}\n", 1)[1]
+    return rest.split("\n#", 1)[0]
+
+
+def test_row_labels_come_from_the_report(details: str) -> None:
+    names = [r.split(" | ")[0].lstrip("| ") for r in _table_rows(details)]
+    assert "pia (raw, words)" in names and "pia (calibrated, tokens/word = 1.25)" in names
+    assert "pia" not in names and "plp" in names  # no row_labels: the bare name
+
+
+def test_report_entries_flattened_sorted_and_aggregated(details: str) -> None:
+    assert "### Predictor details" in details
+    pia = _block(details, "pia")
+    keys = [ln.split(" | ")[0].lstrip("| ").strip("`") for ln in pia.splitlines()
+            if ln.startswith("| `")]
+    # sorted dotted keys; row_labels and the long per_row list are not printed
+    assert keys == ["examples", "n_asked", "n_unparseable", "nested.a.c", "nested.b",
+                    "tokens_per_word", "unit"]
+    assert "| `n_unparseable` | 4 ± 1.4 |" in pia  # seeds 3, 5: mean ± sample std
+    assert "| `n_asked` | 40 |" in pia and "| `tokens_per_word` | 1.25 |" in pia
+    assert "| `nested.a.c` | true |" in pia and "| `unit` | words |" in pia
+    assert "| `examples` | ['About 150 words' -> 150, 'no idea' -> none] |" in pia
+    assert "Reported by the predictor (seeds 0, 1)." in pia
+    assert "1 longer list(s) are in the result files only." in pia
+    assert "#### plp" not in details  # an empty report has no block
+
+
+def test_observed_steps_table(details: str) -> None:
+    block = _block(details, "Dynamic MAE by observed steps")
+    assert "| Predictor | t = 0 | t = 8 | t = 16 | ms/step |" in block
+    assert "| plp | 32.0 ± 2.8 | 26.0 ± 1.4 | — | 0.6 |" in block
+    assert "| *requests decoding at t* | 8 | 6 | 0 |  |" in block
+    assert "mlp_probe" not in block  # golden dynamic results predate observed steps
+
+
+def test_speculative_table(details: str) -> None:
+    block = _block(details, "Speculative decoding quality")
+    assert ("| Predictor | τ | α_1 | α_2 | α_3 | acc_0 | acc_1 | acc_2 | E[acc]_0 | E[acc]_1 "
+            "| E[acc]_2 |") in block
+    assert ("| outlets | 2.50 | 0.800 | 0.600 | 0.400 | 0.900 | 0.700 | 0.500 | 0.900 | 0.630 "
+            "| 0.320 |") in block
+    assert "| *outlets, random init* (ref) | 1.00 | 0.000 |" in block
+    outlets = _block(details, "outlets")
+    # the table's figures are not repeated; the rest of the speculative dict is
+    assert "`speculative.n_rounds` | 40 |" in outlets and "`overhead_ms` | 1.5 |" in outlets
+    assert "speculative.tau" not in outlets and "random_init" not in outlets
+
+
+def test_deep_drafts_show_the_mean_over_depths(tmp_path: Path) -> None:
+    spec = {"tau": 3.0, "alpha": [0.5] * 7 + [0.9], "acc": [0.6] * 8}
+    _synthetic(tmp_path / "res", "outlets", 0, {"speculative": spec})
+    md = build_leaderboard(tmp_path / "res", tmp_path / "out").read_text("utf-8")
+    block = _block(md, "Speculative decoding quality")
+    assert "| Predictor | τ | mean α | mean acc |" in block
+    assert "| outlets | 3.00 | 0.550 | 0.600 |" in block
+
+
+def test_no_details_section_without_reports(tmp_path: Path) -> None:
+    assert "Predictor details" not in build_leaderboard(GOLDEN, tmp_path).read_text("utf-8")

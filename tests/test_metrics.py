@@ -62,6 +62,26 @@ def test_dynamic_mae_by_decile_marks_empty_bins() -> None:
     assert by[1] is None and by[3] is None and by[9] is None
 
 
+def test_dynamic_mae_by_observed_steps() -> None:
+    # t = 0: rows 0, 1, 2 errors 1, 2, 3 -> 2.0 over 3 requests; t = 2: row 0 (error 1) and row 2
+    # (error 0) -> 0.5; t = 1: rows 0 and 1 (errors 0, 0); t = 3: row 0 only (error 0); t = 8: none
+    d = dynamic_metrics(STEP_ROW, STEP_T, LENGTHS, PRED_REM, GROUPS, n_boot=0,
+                        observed_steps=(0, 1, 2, 3, 8))
+    assert d["observed_steps"] == [0, 1, 2, 3, 8]
+    assert d["mae_by_observed_steps"] == pytest.approx([2.0, 0.0, 0.5, 0.0, None])
+    assert d["n_by_observed_steps"] == [3, 2, 2, 1, 0]
+    # the default grid stops at the largest scored t (4 here): only t = 0
+    d = dynamic_metrics(STEP_ROW, STEP_T, LENGTHS, PRED_REM, GROUPS, n_boot=0)
+    assert d["observed_steps"] == [0] and d["mae_by_observed_steps"] == pytest.approx([2.0])
+
+
+def test_observed_step_grid_doubles_from_eight() -> None:
+    assert metrics.observed_step_grid(0) == [0]
+    assert metrics.observed_step_grid(7) == [0]
+    assert metrics.observed_step_grid(8) == [0, 8]
+    assert metrics.observed_step_grid(200) == [0, 8, 16, 32, 64, 128]
+
+
 def test_dynamic_rejects_steps_outside_the_response() -> None:
     with pytest.raises(ValueError, match="outside"):
         dynamic_metrics(np.array([0]), np.array([4]), np.array([4]), np.array([1.0]),

@@ -46,3 +46,8 @@ def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
     result = run_predictor(e2e, tmp_path, "opt_classifier")
     assert "expectation" in result["metrics"]["variants"]
     assert result["timings"]["n_parameters"] > 0
+    assert result["report"]["batch1_latency_ms"] > 0  # the proxy's own cost, one prompt alone
+    board = (tmp_path / "leaderboard" / "README.md").read_text()
+    row = next(ln for ln in board.splitlines() if ln.startswith("| opt_classifier |"))
+    assert row.split(" | ")[8] not in ("—", "")  # ms/request column
+    assert "`batch1_latency_ms`" in board

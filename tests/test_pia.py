@@ -38,33 +38,82 @@ def test_suffix_follows_the_unit() -> None:
         PIA(unit="characters")
 
 
-def _split(name: str, prompts: list[str], lengths: list[int], target) -> SplitView:
+def _split(name: str, prompts: list[str], lengths: list[int], target,
+           responses: list[list[int]] | None = None) -> SplitView:
     labels = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(prompts))],
                            "text": prompts, "L": lengths, "family": "",
-                           "prompt_token_ids": [[0]] * len(prompts)})
+                           "prompt_token_ids": [[0]] * len(prompts),
+                           "output_token_ids": responses or [[0]] * len(prompts)})
     return SplitView(name, labels, np.arange(len(prompts)), target=target)
+
+
+def test_tokens_per_word_is_train_tokens_over_decoded_words(toy_tiny: TargetModel) -> None:
+    from baselines.pia import tokens_per_word
+
+    tok = toy_tiny.tokenizer
+    texts = ["one two three", "four five", ""]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    # words 3 + 2 + 0 = 5; tokens are the labels L (EOS included), 4 + 3 + 1 = 8
+    assert tokens_per_word(tok, ids, np.array([4, 3, 1])) == pytest.approx(8 / 5)
+    assert tokens_per_word(tok, [ids[2]], np.array([1])) is None
+
+
+def test_report_examples_show_both_kinds() -> None:
+    model = PIA()
+    model.answers = ["no", "About 150 words.", "nope", "100-150", "3. x", "7", "maybe"]
+    assert model.examples() == ["'About 150 words.' -> 150", "'100-150' -> 125", "'3. x' -> 3",
+                                "'no' -> none", "'nope' -> none"]
+    model.answers = ["12", "12", "none here"]  # samples of one prompt: one example
+    assert model.examples() == ["'12' -> 12", "'none here' -> none"]
+    model.answers = ["1", "2", "3", "4", "5", "6"]
+    assert model.examples() == ["'1' -> 1", "'2' -> 2", "'3' -> 3", "'4' -> 4", "'5' -> 5"]
 
 
 def test_fit_and_predict_on_the_toy_model(toy_tiny: TargetModel) -> None:
     prompts = ["List 5 animals.", "Write a haiku about rain.", "Explain gravity in detail.",
                "Name 3 colors."]
+    tok = toy_tiny.tokenizer
+    responses = [tok(t, add_special_tokens=False)["input_ids"] for t in
+                 ["cat dog cow pig hen", "rain falls soft", "gravity pulls mass together", "red"]]
+    lengths = [20, 15, 60, 8]
     model = PIA(max_new_tokens=6, batch_size=3)  # 3 -> two batches, the second padded less
     model.seed = 0
-    model.fit(_split("train", prompts, [20, 15, 60, 8], toy_tiny))
+    model.fit(_split("train", prompts, lengths, toy_tiny, responses))
+    assert model.tokens_per_word == pytest.approx(sum(lengths) / 13)  # 5 + 3 + 4 + 1 words
     test = _split("test", prompts[::-1], [8, 60, 15, 20], toy_tiny).hide_labels()
     raw = model.predict(test)
     assert raw.shape == (4,) and (raw >= 0).all()
     assert model.n_asked == 4 and 0 <= model.n_unparseable <= 4 and len(model.answers) == 4
     cal = model.predict_variants(test)["calibrated"]
     assert cal.shape == (4,) and np.isfinite(cal).all()
-    # rows without a number fall back to the train median
-    missing = np.array([parse_length(a) is None for a in model.answers])
+    parsed = np.array([np.nan if parse_length(a) is None else parse_length(a)
+                       for a in model.answers])
+    missing = np.isnan(parsed)
+    # rows without a number: raw 0, calibrated the train median; the others raw x tokens/word
+    assert (raw[missing] == 0).all()
     assert (cal[missing] == 15 + (20 - 15) / 2).all()
+    assert cal[~missing] == pytest.approx(parsed[~missing] * model.tokens_per_word)
+    report = model.report()
+    assert report["n_asked"] == 4 and report["n_unparseable"] == int(missing.sum())
+    assert report["tokens_per_word"] == model.tokens_per_word
+    assert len(report["examples"]) == len(set(model.answers)) and " -> " in report["examples"][0]
+    assert report["row_labels"] == {
+        "predict": "raw, words",
+        "calibrated": f"calibrated, tokens/word = {model.tokens_per_word:.3g}"}
+    json.dumps(report)
     # greedy and batch-independent: one prompt at a time gives the same answers
     single = PIA(max_new_tokens=6, batch_size=1)
-    single.scale, single.fallback = model.scale, model.fallback
+    single.tokens_per_word, single.fallback = model.tokens_per_word, model.fallback
     assert single.predict(test).tolist() == raw.tolist()
     assert single.answers == model.answers
+
+
+def test_token_unit_has_no_calibrated_row(toy_tiny: TargetModel) -> None:
+    model = PIA(unit="tokens", max_new_tokens=4)
+    model.fit(_split("train", ["Name 3 colors."], [8], toy_tiny))
+    test = _split("test", ["Name 3 colors."], [8], toy_tiny).hide_labels()
+    assert model.predict_variants(test) == {}
+    assert model.report()["row_labels"] == {"predict": "raw, tokens"}
 
 
 def test_runs_through_the_harness(e2e, tmp_path) -> None:
@@ -76,4 +125,11 @@ def test_runs_through_the_harness(e2e, tmp_path) -> None:
     assert result["status"] == "ok"
     assert "calibrated" in result["metrics"]["variants"]
     assert result["predictor"]["params"]["unit"] == "words"
+    report = result["report"]
+    assert report["n_asked"] == result["dataset"]["n_test"]
+    assert 0 <= report["n_unparseable"] <= report["n_asked"] and report["tokens_per_word"] > 0
+    board = (tmp_path / "leaderboard" / "README.md").read_text()
+    assert "| pia (raw, words) |" in board
+    assert "pia (calibrated, tokens/word = " in board
+    assert "### Predictor details" in board and "n_unparseable" in board
     assert result["timings"]["predict_ms_per_request"] > 0

@@ -36,6 +36,9 @@ def test_plp_beats_constant_static_and_dynamic(tmp_path: Path) -> None:
     assert set(model.observed_steps_mae) >= {0, 8, 16, 32}
     by_t = model.mae_by_observed_steps(test)
     assert by_t[0] == np.abs(rem[steps.t == 0] - steps.remaining[steps.t == 0]).mean()
+    report = model.report()
+    assert report["val_mae_by_observed_steps"]["t=0"] == model.observed_steps_mae[0]
+    assert report["n_train_steps"] > 0 and report["max_length"] == 200
 
 
 def test_step_subsample_keeps_t0_and_caps_each_request(tmp_path: Path) -> None:
@@ -56,3 +59,11 @@ def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
     assert result["predictor"]["dynamic"] is True
     assert np.isfinite(result["metrics"]["dynamic"]["mae"])
     assert result["timings"]["predict_ms_per_step"] > 0
+    # MAE by observed steps on the test split, scored by the harness
+    dyn = result["metrics"]["dynamic"]
+    assert dyn["observed_steps"][:3] == [0, 8, 16]
+    assert dyn["mae_by_observed_steps"][0] is not None
+    assert dyn["n_by_observed_steps"][0] == result["dataset"]["n_test"]
+    assert "t=0" in "".join(result["report"]["val_mae_by_observed_steps"])
+    board = (tmp_path / "leaderboard" / "README.md").read_text()
+    assert "#### Dynamic MAE by observed steps" in board and "| t = 0 | t = 8 |" in board
