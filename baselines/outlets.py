@@ -183,8 +183,9 @@ class Outlets(Predictor):
             return {}
         out = dict(self._report)
         device = str(next(self.draft.parameters()).device)
-        out["overhead"] = {"device": device, "steps": [
-            decode_step_ms(self.draft, b, self.overhead_context) for b in self.overhead_batches]}
+        out["overhead"] = {"device": device, "context": self.overhead_context} | {
+            f"batch_{b}": {k: v for k, v in decode_step_ms(self.draft, b, self.overhead_context)
+                           .items() if k.endswith("_ms")} for b in self.overhead_batches}
         if self.drafts and self._scored is not None:
             out["speculative"] = self._speculative(self._scored)
         return out
