@@ -14,7 +14,6 @@ Dynamic prediction: the same at position n-1+t, from one teacher-forced pass ove
 
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import fields
 from pathlib import Path
@@ -44,7 +43,16 @@ INFERRED = {  # choices the paper leaves open, recorded in every result (README:
     "static_position": "last prompt position, token input y_1",
     "prediction": "expm1(z_hat), at least 1 token",
     "gate_projection": "separate W_theta (equivalent to fusing it into q_proj)",
-    "sd_loss_mask": "positions whose predicted token is a response token",
+    "sd_loss_mask": "train.sd_mask=predicted: positions whose predicted token is a response "
+                    "token (EAGLE's code masks by loss_mask[t+k], two tokens earlier: "
+                    "train.sd_mask=eagle)",
+    "sd_loss_mean": "L_k averaged over all B*T positions, masked ones included (EAGLE); so the "
+                    "L_SD : lambda*L_len balance moves with the response share of a batch",
+    "length_head": "Linear H->H/2, ReLU, H/2->H/4, ReLU, H/4->1, with biases (2.62M at H=2048)",
+    "head_l2": "gamma * sum of squares of the length head's weights and biases, in the loss "
+               "(besides AdamW's decoupled weight decay on every trained parameter)",
+    "draft_shape": "one target layer's shape (heads, kv heads, head_dim, intermediate) unless "
+                   "`draft:` overrides it",
 }
 
 
@@ -75,7 +83,8 @@ class Outlets(Predictor):
 
     def __init__(self, variant: str = "outlets", attention: str = "gated",
                  gate: str = "elementwise", head_input: str = "prenorm",
-                 draft_vocab_size: int = 32000, train: dict | None = None,
+                 draft_vocab_size: int = 32000, draft: dict | None = None,
+                 train: dict | None = None,
                  head_train: dict | None = None, spec_prompts: int = 32, spec_depth: int = 5,
                  spec_max_new_tokens: int = 64, overhead_batches: tuple[int, ...] = (1, 64),
                  overhead_context: int = 512, batch_tokens: int = 16384, progress: bool = True):
@@ -86,6 +95,7 @@ class Outlets(Predictor):
                         "decoder": variant != "no_decoder"}
         DraftConfig(1, 1, 1, 1, 1, 1, 2, 1, **self.choices)  # reject bad names before any work
         self.draft_vocab_size = draft_vocab_size
+        self.draft_shape = dict(draft or {})
         forced = {"lp_only": {"sd_weight": 0.0}, "no_decoder": {"sd_weight": 0.0},
                   "sd_only": {"length_weight": 0.0}}.get(variant, {})
         self.train_cfg = _train_config(train, **forced)
@@ -97,6 +107,7 @@ class Outlets(Predictor):
         self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
         self.batch_tokens = batch_tokens
         self.draft: DraftModel | None = None
+        self._target = None  # the target model the draft was built on (it shares its embedding)
         self._report: dict = {}
         self._scored = None
 
@@ -108,9 +119,13 @@ class Outlets(Predictor):
     # --- training -----------------------------------------------------------------------------
 
     def build(self, target_model, d2t: torch.Tensor, t2d: torch.Tensor) -> DraftModel:
-        cfg = DraftConfig.from_target(target_model.config, len(d2t), **self.choices)
+        """A freshly initialised draft: the same seed always gives the same weights, so the
+        random-init reference is rebuilt from it instead of kept as a copy."""
+        cfg = DraftConfig.from_target(target_model.config, len(d2t), self.draft_shape,
+                                      **self.choices)
         torch.manual_seed(self.seed)
-        return DraftModel(cfg, target_model.get_input_embeddings().weight, d2t, t2d)
+        draft = DraftModel(cfg, target_model.get_input_embeddings().weight, d2t, t2d)
+        return draft.to(next(target_model.parameters()).device)
 
     def fit(self, train, val=None) -> None:
         target = train.target.model
@@ -122,7 +137,6 @@ class Outlets(Predictor):
         d2t, t2d, vocab_card = build_draft_vocab(responses, vocab_size,
                                                  min(self.draft_vocab_size, vocab_size))
         self.draft = self.build(target, d2t, t2d)
-        self._random_init = copy.deepcopy(self.draft) if self.drafts else None
         seqs = _sequences(train)
         history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg, self.seed,
                                            description=f"{self.variant} train",
@@ -149,6 +163,9 @@ class Outlets(Predictor):
         """After prefill: the prompt plus y_1, read at the last prompt position."""
         self._scored = split
         first = split.first_response_tokens
+        if (first < 0).any():
+            raise ValueError(f"{int((first < 0).sum())} rows have an empty response: OUTLETS's "
+                             "static state reads y_1, the token sampled after prefill")
         seqs = [Sequence(np.append(np.asarray(p, dtype=np.int64), first[i]), len(p), 1)
                 for i, p in enumerate(split.prompt_token_ids)]
         z = self._predict_log(split, seqs, [np.array([s.n - 1]) for s in seqs])
@@ -183,9 +200,12 @@ class Outlets(Predictor):
             return {}
         out = dict(self._report)
         device = str(next(self.draft.parameters()).device)
-        out["overhead"] = {"device": device, "context": self.overhead_context} | {
-            f"batch_{b}": {k: v for k, v in decode_step_ms(self.draft, b, self.overhead_context)
-                           .items() if k.endswith("_ms")} for b in self.overhead_batches}
+        amp = device.startswith("cuda")  # time it as it runs: bf16 autocast on a GPU
+        out["overhead"] = {"device": device, "context": self.overhead_context,
+                           "dtype": "bf16 autocast" if amp else "float32"} | {
+            f"batch_{b}": {k: v for k, v in decode_step_ms(self.draft, b, self.overhead_context,
+                                                           amp=amp).items() if k.endswith("_ms")}
+            for b in self.overhead_batches}
         if self.drafts and self._scored is not None:
             out["speculative"] = self._speculative(self._scored)
         return out
@@ -205,19 +225,22 @@ class Outlets(Predictor):
                     **offline_acceptance(draft, target, seqs, depth, self.batch_tokens)}
 
         trained = measure(self.draft)
-        trained["random_init"] = measure(self._random_init.to(next(target.parameters()).device))
+        trained["random_init"] = measure(self.build(target, self.draft.d2t, self.draft.t2d))
         return trained
 
     # --- persistence --------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
-        torch.save({"config": self.draft.cfg.to_dict(), "state": self.draft.state_dict(),
-                    "variant": self.variant, "amp": self.train_cfg.amp}, Path(path))
+        """The trained draft without the target's embedding (load() takes it from the target)."""
+        torch.save({"config": self.draft.cfg.to_dict(), "state": self.draft.trained_state(),
+                    "variant": self.variant, "seed": self.seed}, Path(path))
 
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, target_model) -> None:
         blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-        cfg = DraftConfig(**blob["config"])
-        state = blob["state"]
-        self.draft = DraftModel(cfg, state["embed_tokens.weight"], state["d2t"], state["t2d"])
-        self.draft.load_state_dict(state)
-        self.draft.eval()
+        if blob["variant"] != self.variant:
+            raise ValueError(f"{path} holds a {blob['variant']} draft, not {self.variant}")
+        state, self.seed = blob["state"], blob["seed"]
+        embed = target_model.get_input_embeddings().weight
+        self.draft = DraftModel(DraftConfig(**blob["config"]), embed, state["d2t"], state["t2d"])
+        self.draft.load_state_dict({**state, "embed_tokens.weight": embed})
+        self.draft.to(embed.device).eval()

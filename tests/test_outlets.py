@@ -251,3 +251,65 @@ def test_shift_left_fills_zeros() -> None:
     x = torch.tensor([[1, 2, 3, 4]])
     assert shift_left(x, 1).tolist() == [[2, 3, 4, 0]]
     assert shift_left(x, 6).tolist() == [[0, 0, 0, 0]]
+
+
+def test_speculative_counts_match_an_oracle_draft_with_one_wrong_guess(monkeypatch) -> None:
+    """A drafter that guesses the target's greedy tokens but gets depth 3 wrong: every full
+    cycle accepts 2 guesses plus the target's token (tau 3, alpha [1, 1, 0])."""
+    import lenbench.outlets.speculative as spec
+
+    target, seqs = tiny_world()
+    prompt = seqs[0].ids[: seqs[0].n].tolist()
+    greedy = target.generate(torch.tensor([prompt]), max_new_tokens=31, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)[0].tolist()
+
+    def oracle(draft, fused, seq, depth):
+        assert seq == greedy[: len(seq)]  # the loop only ever extends the true greedy text
+        guesses = greedy[len(seq): len(seq) + depth]
+        guesses[2] = (guesses[2] + 1) % V
+        return guesses
+
+    monkeypatch.setattr(spec, "draft_chain", oracle)
+    stats = SpecStats(depth=3)
+    out = spec.speculative_generate(None, target, prompt, 3, 31, set(), stats)
+    assert out == greedy[len(prompt):]
+    assert stats.accepted == [2] * 10 and stats.new_tokens == 30
+    d = stats.to_dict()
+    assert d["tau"] == 3.0 and d["alpha"] == [1.0, 1.0, 0.0]
+
+
+def test_sd_training_beats_a_random_draft_offline() -> None:
+    from lenbench.outlets.train import offline_acceptance
+
+    target, seqs = tiny_world(n=40)
+    trained, random = draft_for(target, seqs), draft_for(target, seqs)
+    cfg = TrainConfig(epochs=30, lr=3e-3, warmup_steps=5, ttt_length=3, length_weight=0.0)
+    train_draft(trained, target, seqs, cfg, progress=False)
+    a, b = (offline_acceptance(d, target, seqs, 3) for d in (trained, random))
+    assert a["acc"][0] > b["acc"][0] + 0.2
+    assert a["expected_acceptance"][0] > b["expected_acceptance"][0] + 0.1
+
+
+def test_eagle_sd_mask_is_two_tokens_earlier_than_the_predicted_one() -> None:
+    b = collate([Sequence(np.arange(1, 9), 3, 5)], [0], 2048, "cpu")
+    # predicted (default): step 0 at t predicts x_{t+2}; response tokens are x_3..x_7
+    assert b.sd_mask(0)[0].nonzero().flatten().tolist() == [1, 2, 3, 4, 5]
+    # EAGLE: x_t itself is a response token, and the target logits[t+1] exist (t+1 <= 7)
+    assert b.sd_mask(0, "eagle")[0].nonzero().flatten().tolist() == [3, 4, 5, 6]
+    with pytest.raises(ValueError, match="sd_mask"):
+        TrainConfig(sd_mask="both")
+
+
+def test_draft_shape_overrides_and_bf16_autocast_keep_the_length_head_in_fp32() -> None:
+    target, seqs = tiny_world()
+    cfg = DraftConfig.from_target(target.config, 48, {"intermediate_size": 96, "head_dim": 4})
+    assert (cfg.intermediate_size, cfg.head_dim, cfg.hidden_size) == (96, 4, H)
+    with pytest.raises(ValueError, match="unknown keys"):
+        DraftConfig.from_target(target.config, 48, {"hidden_size": 8})
+    draft = draft_for(target, seqs)
+    batch = collate(seqs, [0, 1], 2048, "cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused, _ = target_forward(target, batch)
+        st = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid)
+        z = draft.length(st.state)
+    assert z.dtype == torch.float32

@@ -12,7 +12,9 @@ from baselines.outlets import Outlets
 from lenbench.cli import instantiate_predictor
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
-QUICK = ["predictor.train.epochs=2", "predictor.head_train.epochs=1", "predictor.spec_prompts=3",
+QUICK = ["predictor.train.epochs=8", "predictor.train.warmup_steps=2",
+         "predictor.train.batch_tokens=256",
+         "predictor.head_train.warmup_steps=2", "predictor.head_train.epochs=1", "predictor.spec_prompts=3",
          "predictor.spec_max_new_tokens=12", "predictor.overhead_batches=[1,4]",
          "predictor.overhead_context=16", "predictor.draft_vocab_size=48"]
 
@@ -70,7 +72,8 @@ def test_outlets_through_the_harness(e2e, tmp_path: Path) -> None:
     assert report["inferred_choices"]["fusion_layers"].startswith("hs[2]")
     spec = report["speculative"]
     assert spec["n_prompts"] == 3 and len(spec["alpha"]) == 5 and len(spec["acc"]) == 5
-    assert spec["tau"] >= 1.0 and spec["random_init"]["tau"] >= 1.0
+    # eight epochs on the tiny world already draft far better than the same draft untrained
+    assert spec["acc"][0] > spec["random_init"]["acc"][0] + 0.1
     overhead = report["overhead"]
     assert overhead["batch_1"]["backbone_ms"] > 0 and overhead["batch_4"]["length_head_ms"] > 0
     counts = report["parameters"]
@@ -95,11 +98,13 @@ def test_predictions_have_the_right_shapes_and_survive_save_and_load(e2e, tmp_pa
     pred.fit(train, val)
     hidden = test.hide_labels()
     static, dynamic = pred.predict(hidden), pred.predict_remaining(hidden)
-    assert static.shape == (len(test),) and (static >= 1).all()
-    assert dynamic.shape == (len(test.steps),) and (dynamic >= 1).all()
+    assert static.shape == (len(test),) and (static >= 1).all() and static.std() > 0
+    assert dynamic.shape == (len(test.steps),) and (dynamic >= 1).all() and dynamic.std() > 0
+    assert np.isfinite(static).all() and np.isfinite(dynamic).all()
     pred.save(tmp_path / "outlets.pt")
     again = Outlets(**{k: v for k, v in container["predictor"].items()
                        if k not in ("_target_", "name")})
-    again.load(tmp_path / "outlets.pt")
+    again.load(tmp_path / "outlets.pt", world.target().model)
+    assert "embed_tokens.weight" not in again.draft.trained_state()
     np.testing.assert_allclose(again.predict(hidden), static, rtol=1e-6)
     np.testing.assert_allclose(again.predict_remaining(hidden), dynamic, rtol=1e-6)

@@ -19,7 +19,7 @@ guess, so `ttt_attention` serves both.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -59,11 +59,19 @@ class DraftConfig:
             raise ValueError("num_heads must be a multiple of num_kv_heads (GQA)")
 
     @classmethod
-    def from_target(cls, target_config, draft_vocab_size: int, **choices) -> DraftConfig:
-        """A draft shaped like one layer of the target (the SpecForge configs do the same)."""
+    def from_target(cls, target_config, draft_vocab_size: int, shape: dict | None = None,
+                    **choices) -> DraftConfig:
+        """A draft shaped like one layer of the target, as most SpecForge configs are; `shape`
+        overrides num_heads, num_kv_heads, head_dim or intermediate_size (the Qwen3-30B-A3B
+        SpecForge draft uses intermediate 12288, twice the target's expert width)."""
         h = target_config.hidden_size
         heads = target_config.num_attention_heads
-        return cls(
+        shape = dict(shape or {})
+        allowed = {"num_heads", "num_kv_heads", "head_dim", "intermediate_size"}
+        if set(shape) - allowed:
+            raise ValueError(f"outlets.draft: unknown keys {sorted(set(shape) - allowed)}; "
+                             f"valid: {sorted(allowed)}")
+        base = cls(
             hidden_size=h, target_hidden_size=h, num_heads=heads,
             num_kv_heads=getattr(target_config, "num_key_value_heads", None) or heads,
             head_dim=getattr(target_config, "head_dim", None) or h // heads,
@@ -74,6 +82,7 @@ class DraftConfig:
                              or (getattr(target_config, "rope_parameters", None) or {}).get(
                                  "rope_theta", 10000.0)),
             rms_norm_eps=float(getattr(target_config, "rms_norm_eps", 1e-6)), **choices)
+        return replace(base, **shape) if shape else base
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,6 +124,11 @@ def ttt_attention(q: torch.Tensor, k0: torch.Tensor, v0: torch.Tensor, mask0: to
     not padding). diag_k/diag_v: keys and values of steps 1..k at each query's own position,
     each [B, h, T, d]. Returns [B, h, T, d].
     """
+    with torch.autocast(q.device.type, enabled=False):  # fp32 even under bf16 autocast
+        return _ttt_attention_fp32(q, k0, v0, mask0, diag_k, diag_v)
+
+
+def _ttt_attention_fp32(q, k0, v0, mask0, diag_k, diag_v) -> torch.Tensor:
     scale = q.shape[-1] ** -0.5
     logits = [(q.float() @ k0.float().transpose(-1, -2)).masked_fill(~mask0, float("-inf"))]
     logits += [(q.float() * k.float()).sum(-1, keepdim=True) for k in diag_k]
@@ -238,16 +252,16 @@ class DraftStep:
 class DraftModel(nn.Module):
     """fc + one draft layer + final norm + draft LM head, and the OUTLETS length head.
 
-    The embedding table is the target's, copied and frozen. d2t/t2d map the draft vocabulary
-    to the target's (lenbench/outlets/vocab.py builds them).
+    The embedding table is the target's own tensor, shared and frozen (a copy of Llama-8B's
+    would cost 2 GB), and it is left out of saved state. d2t/t2d map the draft vocabulary to the
+    target's (lenbench/outlets/vocab.py builds them).
     """
 
     def __init__(self, cfg: DraftConfig, embed_weight: torch.Tensor, d2t: torch.Tensor,
                  t2d: torch.Tensor):
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding.from_pretrained(embed_weight.detach().clone().float(),
-                                                         freeze=True)
+        self.embed_tokens = nn.Embedding.from_pretrained(embed_weight.detach(), freeze=True)
         self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
         self.layer = DraftLayer(cfg) if cfg.decoder else None
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -292,14 +306,21 @@ class DraftModel(nn.Module):
     # --- heads --------------------------------------------------------------------------------
 
     def length(self, state: torch.Tensor) -> torch.Tensor:
-        """Predicted log1p(remaining tokens) from draft states [..., H]."""
+        """Predicted log1p(remaining tokens) from draft states [..., H], outside autocast, in
+        the head's own dtype (fp32 when trained: a bf16 output would quantise predictions by up
+        to 1.6%)."""
         x = self.norm(state) if self.cfg.head_input == "postnorm" and self.layer else state
-        return self.length_head(x).squeeze(-1)
+        with torch.autocast(x.device.type, enabled=False):
+            return self.length_head(x.to(self.length_head[0].weight.dtype)).squeeze(-1)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]
 
     # --- bookkeeping --------------------------------------------------------------------------
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The state to save: everything but the target's embedding table."""
+        return {k: v for k, v in self.state_dict().items() if k != "embed_tokens.weight"}
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         mods = [self.fc, self.norm] + ([self.layer, self.lm_head] if self.layer else [])

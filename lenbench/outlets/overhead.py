@@ -31,8 +31,17 @@ def _median_ms(fn, reps: int, device: str) -> float:
 
 @torch.no_grad()
 def decode_step_ms(draft: DraftModel, batch: int, context: int = 512, reps: int = 20,
-                   dtype: torch.dtype = torch.float32) -> dict[str, float | None]:
-    """Milliseconds per decode step for batch rows each with `context` cached positions."""
+                   dtype: torch.dtype = torch.float32, amp: bool = False
+                   ) -> dict[str, float | str | None]:
+    """Milliseconds per decode step for batch rows each with `context` cached positions;
+    `amp` times under bf16 autocast (how the draft runs on a GPU)."""
+    p = next(draft.parameters())
+    with torch.autocast(p.device.type, dtype=torch.bfloat16, enabled=amp):
+        out = _decode_step_ms(draft, batch, context, reps, dtype)
+    return {**out, "dtype": "bf16 autocast" if amp else str(dtype).removeprefix("torch.")}
+
+
+def _decode_step_ms(draft, batch, context, reps, dtype):
     draft.eval()
     p = next(draft.parameters())
     device = p.device

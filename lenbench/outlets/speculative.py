@@ -24,7 +24,8 @@ from lenbench.outlets.train import Batch, target_forward
 
 @dataclass
 class SpecStats:
-    """EAGLE's counters: tau = new tokens / cycles; alpha_k = P(accept depth k | depths < k)."""
+    """EAGLE's counters: tau = new tokens / cycles; alpha_k = P(accept depth k | depths < k);
+    mean_accept_ratio = m/K pooled over every cycle of every request (OUTLETS Fig. 6's alpha)."""
 
     depth: int
     cycles: int = 0
@@ -95,7 +96,7 @@ def speculative_generate(draft: DraftModel, target_model, prompt: list[int], dep
         if stats is not None:
             stats.cycles += 1
             stats.new_tokens += len(new)
-            stats.accepted.append(m)
+            stats.accepted.append(min(m, len(new)))  # guesses cut at EOS/budget don't count
         seq += new
         response += new
     return response

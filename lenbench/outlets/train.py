@@ -17,7 +17,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lenbench.features.extract import role_layers
-from lenbench.outlets.losses import acceptance_sums, l2_penalty, length_loss, sd_loss
+from lenbench.outlets.losses import (
+    acceptance_sums,
+    l2_penalty,
+    length_loss,
+    make_teacher,
+    sd_loss,
+)
 from lenbench.outlets.modeling import DraftModel, shift_left
 
 log = logging.getLogger("lenbench")
@@ -47,8 +53,14 @@ class TrainConfig:
     sd_weight: float = 1.0  # 0: no SD loss (lp_only, no_decoder)
     length_weight: float = 0.1  # lambda; 0: no length loss (sd_only's backbone phase)
     head_l2: float = 1e-5  # gamma
+    sd_mask: str = "predicted"  # predicted: the predicted token is a response token; eagle:
+    # EAGLE's loss_mask[t+k] (the token two places before the predicted one is a response token)
     amp: str = "auto"  # auto: bf16 autocast on CUDA with bf16 support; off: fp32
     max_steps: int | None = None  # stop early (quick runs)
+
+    def __post_init__(self) -> None:
+        if self.sd_mask not in ("predicted", "eagle"):
+            raise ValueError(f"outlets.train.sd_mask={self.sd_mask!r}; use 'predicted' or 'eagle'")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +79,17 @@ class Batch:
         t = torch.arange(self.ids.shape[1], device=self.ids.device)[None] + offset
         last = torch.minimum(self.n + self.L, self.valid.sum(1)) - 2
         return (t >= self.n[:, None] - 1) & (t <= last[:, None])
+
+    def sd_mask(self, k: int, mode: str = "predicted") -> torch.Tensor:
+        """Positions t whose TTT step-k drafting loss counts (its target: the logits at t+1+k)."""
+        if mode == "predicted":
+            return self.response_mask(1 + k)
+        if mode != "eagle":
+            raise ValueError(f"outlets.train.sd_mask={mode!r}; use 'predicted' or 'eagle'")
+        t = torch.arange(self.ids.shape[1], device=self.ids.device)[None]
+        j = t + k
+        inside = t + 1 + k <= self.valid.sum(1)[:, None] - 1
+        return (j >= self.n[:, None]) & (j <= (self.n + self.L)[:, None] - 1) & inside
 
     def remaining_log(self) -> torch.Tensor:
         """log1p(L - t) at position n - 1 + t (meaningful where response_mask(0))."""
@@ -105,12 +128,12 @@ def collate(seqs: list[Sequence], index: list[int], max_len: int, device) -> Bat
 
 @torch.no_grad()
 def target_forward(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused EAGLE-3 features [B, T, 3H] and logits [B, T, V] of the frozen target."""
+    """Fused EAGLE-3 features [B, T, 3H] (fp32) and logits [B, T, V] (the target's dtype)."""
     out = model(input_ids=batch.ids, attention_mask=batch.valid.long(),
                 output_hidden_states=True, use_cache=False)
     layers = role_layers(model.config.num_hidden_layers)
     fused = torch.cat([out.hidden_states[layers[r]] for r in ("low", "mid", "high")], dim=-1)
-    return fused.float(), out.logits.float()
+    return fused.float(), out.logits
 
 
 def autocast(device: str, amp: str):
@@ -125,6 +148,8 @@ def batch_loss(draft: DraftModel, target_model, batch: Batch, cfg: TrainConfig,
     """The OUTLETS objective on one batch, and its parts for logging."""
     fused, logits = target_forward(target_model, batch)
     use_sd = cfg.sd_weight > 0 and draft.layer is not None
+    teacher = make_teacher(logits, draft.t2d) if use_sd else None
+    del logits  # the full-vocabulary logits are the largest tensor of the step
     with torch.set_grad_enabled(train_backbone and torch.is_grad_enabled()):
         if use_sd:
             steps = draft.unroll(fused, batch.ids, batch.valid, cfg.ttt_length)
@@ -133,9 +158,8 @@ def batch_loss(draft: DraftModel, target_model, batch: Batch, cfg: TrainConfig,
                                       logits=False)]
     parts, loss = {}, torch.zeros((), device=fused.device)
     if use_sd:
-        masks = [batch.response_mask(1 + k) for k in range(len(steps))]
-        targets = [shift_left(logits, 1 + k) for k in range(len(steps))]
-        sd = sd_loss([s.logits for s in steps], targets, masks, draft.t2d, cfg.decay)
+        masks = [batch.sd_mask(k, cfg.sd_mask) for k in range(len(steps))]
+        sd = sd_loss([s.logits for s in steps], teacher, masks, cfg.decay)
         loss = loss + cfg.sd_weight * sd
         parts["sd"] = float(sd.detach())
     if cfg.length_weight > 0:
@@ -241,9 +265,13 @@ def offline_acceptance(draft: DraftModel, target_model, seqs: list[Sequence], de
         batch = collate(seqs, index, max_len, device)
         fused, logits = target_forward(target_model, batch)
         steps = draft.unroll(fused, batch.ids, batch.valid, depth)
+        teacher = make_teacher(logits, draft.t2d, full=True)
         for k, st in enumerate(steps):
-            s = acceptance_sums(st.logits, shift_left(logits, 1 + k), batch.response_mask(1 + k),
-                                draft.d2t, draft.t2d)
+            width = st.logits.shape[1] - 1 - k
+            if width <= 0:
+                break
+            s = acceptance_sums(st.logits[:, :width], teacher.shifted(1 + k),
+                                batch.response_mask(1 + k)[:, :width], draft.d2t)
             for key in s:
                 sums[k][key] += s[key]
     return {"acc": [s["agree"] / max(s["count"], 1) for s in sums],
