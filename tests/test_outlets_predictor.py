@@ -14,7 +14,7 @@ from lenbench.cli import instantiate_predictor
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
 QUICK = ["predictor.train.epochs=8", "predictor.train.warmup_steps=2",
          "predictor.train.batch_tokens=256",
-         "predictor.head_train.warmup_steps=2", "predictor.head_train.epochs=1", "predictor.spec_prompts=3",
+         "predictor.train.max_steps=80", "predictor.spec_prompts=3",
          "predictor.spec_max_new_tokens=12", "predictor.overhead_batches=[1,4]",
          "predictor.overhead_context=16", "predictor.draft_vocab_size=48"]
 
