@@ -79,7 +79,8 @@ class PIA(Predictor):
         out: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start:start + self.batch_size]
-            ids = [render_prompt(tok, p + self.suffix) for p in batch]
+            kwargs = target.info.get("chat_template_kwargs")  # e.g. Qwen3's enable_thinking
+            ids = [render_prompt(tok, p + self.suffix, kwargs) for p in batch]
             width = max(len(x) for x in ids)
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])

@@ -101,8 +101,11 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 
     @functools.cache
     def target() -> TargetModel:
-        return load_target(target_path, model_cfg.get("dtype", "float32"), device,
-                           model_cfg.get("revision"))
+        tm = load_target(target_path, model_cfg.get("dtype", "float32"), device,
+                         model_cfg.get("revision"))
+        # predictors that prompt the model themselves (PIA) render as the generate stage did
+        tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
+        return tm
 
     # build
     ds = dict(cfg["dataset"])
@@ -124,7 +127,8 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     lengths = known_lengths(prompts)
     if lengths is not None:
         gen_stage = _import_stage(cache, prompts, lengths, model_key, ds_stage.key, target_path,
-                                  need_features, ds["name"])
+                                  need_features, ds["name"],
+                                  model_cfg.get("chat_template_kwargs") or {})
     else:
         gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target,
                                     target_path, progress)
@@ -169,20 +173,24 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 
 
 def _import_stage(cache: Path, prompts: pd.DataFrame, lengths: dict, model_key: str,
-                  parent: str, target_path: str, need_features: bool, name: str) -> Stage:
+                  parent: str, target_path: str, need_features: bool, name: str,
+                  template_kwargs: dict) -> Stage:
     """Label import: the source already knows each prompt's length, so nothing is generated."""
     if need_features:
         raise ValueError(f"dataset {name!r} imports known lengths without response tokens; only "
                          "text-only predictors (Needs(text=True)) can run on it, e.g. "
                          "predictor.suite=[constant,prompt_length,tfidf_ridge]")
-    stage = Stage(cache, "import", {"model": model_key}, parent=parent)
+    key = {"model": model_key} | ({"chat_template_kwargs": template_kwargs} if template_kwargs
+                                  else {})  # in the key only when set: old caches stay valid
+    stage = Stage(cache, "import", key, parent=parent)
     with stage.lock():
         if not stage.done:
             with stage.building() as tmp:
                 from transformers import AutoTokenizer
 
                 labels, card = import_labels(prompts, lengths,
-                                             tokenizer=AutoTokenizer.from_pretrained(target_path))
+                                             tokenizer=AutoTokenizer.from_pretrained(target_path),
+                                             template_kwargs=template_kwargs)
                 labels.to_parquet(tmp / "labels.parquet", index=False)
                 (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
     return stage

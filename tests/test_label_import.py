@@ -169,3 +169,22 @@ def test_imported_labels_reach_the_leaderboard(tmp_path: Path) -> None:
     board = build_leaderboard(tmp_path / "results", tmp_path / "board").read_text()
     assert all(n in board for n in ("tfidf_ridge", "constant", "prompt_length", "trace"))
 
+
+
+class TemplateTokenizer:
+    """A chat-template tokenizer whose rendering shows the template variables it was given."""
+
+    chat_template = "{{ messages }}"
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, **variables):
+        return [len(messages[0]["content"].split()), int(variables.get("enable_thinking", 1))]
+
+
+def test_imported_prompts_are_rendered_with_the_models_template_variables(tmp_path: Path) -> None:
+    f = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "one two three", "length": 5}])
+    prompts = promptset(f)
+    plain, _ = import_labels(prompts, tokenizer=TemplateTokenizer())
+    nothink, _ = import_labels(prompts, tokenizer=TemplateTokenizer(),
+                               template_kwargs={"enable_thinking": False})
+    assert list(plain["prompt_token_ids"][0]) == [3, 1]
+    assert list(nothink["prompt_token_ids"][0]) == [3, 0]

@@ -55,13 +55,15 @@ def _as_length(value: object, pid: str) -> int:
 
 def import_labels(prompts: pd.DataFrame,
                   raw_lengths: Mapping[str, int | Sequence[int]] | None = None,
-                  tokenizer=None) -> tuple[pd.DataFrame, dict]:
+                  tokenizer=None, template_kwargs: dict | None = None
+                  ) -> tuple[pd.DataFrame, dict]:
     """Labels (LABEL_COLUMNS) from known lengths: one row per (prompt, given length).
 
     `raw_lengths` maps prompt_id to a length or a list of lengths (several samples, numbered
     0..k-1); None reads them from the prompts' meta. With a `tokenizer`, prompt_token_ids are
     the prompt rendered through its chat template, as the generate stage would; without one
-    they are [] and prompt-length predictors see 0.
+    they are [] and prompt-length predictors see 0. `template_kwargs` are the chat template's
+    variables (model.chat_template_kwargs).
     """
     if raw_lengths is None:
         raw_lengths = known_lengths(prompts) or {}
@@ -73,7 +75,7 @@ def import_labels(prompts: pd.DataFrame,
     for p in prompts.itertuples(index=False):
         given = raw_lengths[p.prompt_id]
         samples = list(given) if isinstance(given, Sequence | np.ndarray) else [given]
-        ids = render_prompt(tokenizer, p.text) if tokenizer is not None else []
+        ids = render_prompt(tokenizer, p.text, template_kwargs) if tokenizer is not None else []
         if not samples:
             raise ValueError(f"import_labels: prompt {p.prompt_id} has an empty list of lengths")
         for s, length in enumerate(samples):
