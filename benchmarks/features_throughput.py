@@ -31,6 +31,7 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from lenbench.batching import length_batches, pad_right
 from lenbench.features.extract import FeatureConfig, extract_features
 
 LLAMA_31_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -71,31 +72,14 @@ def make_labels(n_rows: int, prompt_len: int, resp_len: int, vocab: int, seed: i
 
 
 def batches_like_extract(labels: pd.DataFrame, batch_tokens: int) -> list[list[int]]:
-    """The same batching `extract_features` uses (longest first, padded width x rows <= budget)."""
-    lens = (labels["prompt_token_ids"].map(len) + labels["L"]).to_numpy()
-    order = np.argsort(-lens, kind="stable")
-    batches, current, width = [], [], 0
-    for i in order:
-        if current and max(width, int(lens[i])) * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, width = [], 0
-        current.append(int(i))
-        width = max(width, int(lens[i]))
-    if current:
-        batches.append(current)
-    return batches
+    """The batches `extract_features` forms (the same lenbench.batching call)."""
+    return length_batches((labels["prompt_token_ids"].map(len) + labels["L"]).to_numpy(),
+                          batch_tokens)
 
 
 def padded(labels: pd.DataFrame, batch: list[int]):
-    seqs = [list(labels.at[i, "prompt_token_ids"]) + list(labels.at[i, "output_token_ids"])
-            for i in batch]
-    T = max(len(s) for s in seqs)
-    ids = torch.zeros((len(batch), T), dtype=torch.long)
-    mask = torch.zeros((len(batch), T), dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids[b, : len(s)] = torch.tensor(s)
-        mask[b, : len(s)] = 1
-    return ids, mask
+    return pad_right([list(labels.at[i, "prompt_token_ids"]) + list(labels.at[i, "output_token_ids"])
+                      for i in batch])
 
 
 def sync(device: torch.device) -> None:

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from lenbench.batching import length_batches, pad_right
 from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS, check_names
 
 
@@ -100,17 +101,7 @@ def extract_features(
     np.save(out_dir / "entropy_offsets.npy", tok_offsets)
     np.save(out_dir / "steps_offsets.npy", step_offsets)
 
-    order = np.argsort(-(prompt_len + out_len), kind="stable")  # similar lengths batch together
-    batches, current, width = [], [], 0
-    for i in order:
-        seq = int(prompt_len[i] + out_len[i])
-        if current and max(width, seq) * (len(current) + 1) > cfg.batch_tokens:
-            batches.append(current)
-            current, width = [], 0
-        current.append(int(i))
-        width = max(width, seq)
-    if current:
-        batches.append(current)
+    batches = length_batches(prompt_len + out_len, cfg.batch_tokens)
 
     with Progress(TextColumn("[bold]features"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), disable=not progress) as bar, torch.inference_mode():
@@ -118,12 +109,7 @@ def extract_features(
         for batch in batches:
             seqs = [list(labels.at[i, "prompt_token_ids"]) + list(labels.at[i, "output_token_ids"])
                     for i in batch]
-            T = max(len(s) for s in seqs)
-            ids = torch.zeros((len(batch), T), dtype=torch.long)
-            mask = torch.zeros((len(batch), T), dtype=torch.long)
-            for b, s in enumerate(seqs):
-                ids[b, : len(s)] = torch.tensor(s)
-                mask[b, : len(s)] = 1
+            ids, mask = pad_right(seqs)
             out = model(input_ids=ids.to(device), attention_mask=mask.to(device),
                         output_hidden_states=True, use_cache=False)
             logp = torch.log_softmax(out.logits.float(), dim=-1)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lenbench.batching import length_batches, pad_right
 from lenbench.features.extract import role_layers
 from lenbench.outlets.losses import (
     acceptance_sums,
@@ -99,31 +100,15 @@ class Batch:
 
 
 def make_batches(seqs: list[Sequence], batch_tokens: int, max_len: int) -> list[list[int]]:
-    """Indices of seqs grouped by length (longest first) under a padded-token budget."""
-    lengths = [min(len(s.ids), max_len) for s in seqs]
-    batches, current, width = [], [], 0
-    for i in np.argsort([-x for x in lengths], kind="stable"):
-        if current and max(width, lengths[i]) * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, width = [], 0
-        current.append(int(i))
-        width = max(width, lengths[i])
-    if current:
-        batches.append(current)
-    return batches
+    """Indices of seqs grouped by (truncated) length under a padded-token budget."""
+    return length_batches([min(len(s.ids), max_len) for s in seqs], batch_tokens)
 
 
 def collate(seqs: list[Sequence], index: list[int], max_len: int, device) -> Batch:
-    width = max(min(len(seqs[i].ids), max_len) for i in index)
-    ids = torch.zeros((len(index), width), dtype=torch.long)
-    valid = torch.zeros((len(index), width), dtype=torch.bool)
-    for b, i in enumerate(index):
-        x = seqs[i].ids[:max_len]
-        ids[b, : len(x)] = torch.from_numpy(np.asarray(x, dtype=np.int64))
-        valid[b, : len(x)] = True
+    ids, mask = pad_right([seqs[i].ids[:max_len] for i in index])
     n = torch.tensor([seqs[i].n for i in index])
     L = torch.tensor([seqs[i].L for i in index])
-    return Batch(ids.to(device), valid.to(device), n.to(device), L.to(device))
+    return Batch(ids.to(device), mask.bool().to(device), n.to(device), L.to(device))
 
 
 @torch.no_grad()
