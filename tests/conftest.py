@@ -63,6 +63,25 @@ def tiny_llama(n_layers: int = 8, hidden: int = 32, vocab: int = 64, seed: int =
     return LlamaForCausalLM(cfg).eval()
 
 
+def toy_prompt_table(n: int, seed: int = 123):
+    """n distinct toyworld prompts (prompt_id, text, family) with splits in rotation."""
+    import pandas as pd
+
+    from lenbench.data.promptset import prompt_id
+    from lenbench.data.toyworld import make_corpus
+
+    rows, seen = [], set()
+    for ex in make_corpus(4 * n, seed=seed):
+        pid = prompt_id(ex.prompt)
+        if pid not in seen:
+            seen.add(pid)
+            rows.append({"prompt_id": pid, "text": ex.prompt, "family": ex.family,
+                         "split": ("train", "val", "test")[len(rows) % 3]})
+        if len(rows) == n:
+            break
+    return pd.DataFrame(rows)
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The cache folder shared by every test that needs the toy_tiny model or pipeline stages."""

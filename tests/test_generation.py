@@ -21,9 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import FIXTURES, tiny_llama
+from conftest import FIXTURES, tiny_llama, toy_prompt_table
 
-from lenbench.data.promptset import prompt_id
 from lenbench.generation.hf import GenRequest, HFGenerator, SamplingConfig, sample_token
 from lenbench.generation.runner import LABEL_COLUMNS, generate_labels, render_prompt
 
@@ -184,19 +183,7 @@ GEN_MAX_NEW = 32
 
 
 def _prompt_table(n: int = N_PROMPTS) -> pd.DataFrame:
-    from lenbench.data.toyworld import make_corpus
-
-    rows, seen = [], set()
-    for ex in make_corpus(4 * n, seed=123):
-        pid = prompt_id(ex.prompt)
-        if pid in seen:
-            continue
-        seen.add(pid)
-        rows.append({"prompt_id": pid, "text": ex.prompt, "split": ("train", "val", "test")[len(
-            rows) % 3], "family": ex.family})
-        if len(rows) == n:
-            break
-    return pd.DataFrame(rows)
+    return toy_prompt_table(n, seed=123)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, toy_prompt_table
 
-from lenbench.data.promptset import prompt_id
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels
 
@@ -27,18 +26,7 @@ MAX_NEW = 32
 
 
 def _prompt_table(n: int = N_PROMPTS) -> pd.DataFrame:
-    from lenbench.data.toyworld import make_corpus
-
-    rows, seen = [], set()
-    for ex in make_corpus(4 * n, seed=321):
-        pid = prompt_id(ex.prompt)
-        if pid not in seen:
-            seen.add(pid)
-            rows.append({"prompt_id": pid, "text": ex.prompt, "family": ex.family,
-                         "split": ("train", "val", "test")[len(rows) % 3]})
-        if len(rows) == n:
-            break
-    return pd.DataFrame(rows)
+    return toy_prompt_table(n, seed=321)
 
 
 def _gen(toy, prompts, out_dir, **kw):

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import tiny_llama
+from conftest import tiny_llama, toy_prompt_table
 
-from lenbench.data.promptset import prompt_id
 from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.openai_backend import (
     OpenAIGenerator,
@@ -72,19 +71,8 @@ class ToyServer:
 
 @pytest.fixture(scope="module")
 def prompt_table() -> pd.DataFrame:
-    """Toyworld prompts (as in test_generation.py): distinct ids, splits in rotation."""
-    from lenbench.data.toyworld import make_corpus
-
-    rows, seen = [], set()
-    for ex in make_corpus(4 * N_PROMPTS, seed=123):
-        pid = prompt_id(ex.prompt)
-        if pid not in seen:
-            seen.add(pid)
-            rows.append({"prompt_id": pid, "text": ex.prompt, "family": ex.family,
-                         "split": ("train", "val", "test")[len(rows) % 3]})
-        if len(rows) == N_PROMPTS:
-            break
-    return pd.DataFrame(rows)
+    """Toyworld prompts: distinct ids, splits in rotation."""
+    return toy_prompt_table(N_PROMPTS, seed=123)
 
 
 def _gen(toy, prompts, out_dir, generator=None, sampling=GREEDY):
