@@ -23,7 +23,7 @@ import torch
 
 from lenbench import Needs, Predictor
 from lenbench.generation.runner import eos_token_ids
-from lenbench.outlets.modeling import DraftConfig, DraftModel
+from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
 from lenbench.outlets.speculative import acceptance_report
 from lenbench.outlets.train import (
@@ -91,9 +91,9 @@ class Outlets(Predictor):
         if variant not in VARIANTS:
             raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
         self.variant, self.progress = variant, progress
+        check_choices(attention, gate, head_input)  # before any work
         self.choices = {"attention": attention, "gate": gate, "head_input": head_input,
                         "decoder": variant != "no_decoder"}
-        DraftConfig(1, 1, 1, 1, 1, 1, 2, 1, **self.choices)  # reject bad names before any work
         self.draft_vocab_size = draft_vocab_size
         self.draft_shape = dict(draft or {})
         forced = {"lp_only": {"sd_weight": 0.0}, "no_decoder": {"sd_weight": 0.0},
@@ -107,7 +107,6 @@ class Outlets(Predictor):
         self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
         self.batch_tokens = batch_tokens
         self.draft: DraftModel | None = None
-        self._target = None  # the target model the draft was built on (it shares its embedding)
         self._report: dict = {}
         self._scored = None
 

@@ -30,6 +30,14 @@ GATES = ("elementwise", "headwise")
 HEAD_INPUTS = ("prenorm", "postnorm")
 
 
+def check_choices(attention: str, gate: str, head_input: str) -> None:
+    """Reject an unknown attention, gate or head-input name, listing the valid ones."""
+    for name, value, allowed in (("attention", attention, ATTENTIONS), ("gate", gate, GATES),
+                                 ("head_input", head_input, HEAD_INPUTS)):
+        if value not in allowed:
+            raise ValueError(f"outlets.{name}={value!r}; use one of {list(allowed)}")
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     """Shapes and choices of one draft backbone; [I] marks a choice the papers leave open."""
@@ -50,11 +58,7 @@ class DraftConfig:
     decoder: bool = True  # False: fused features -> fc -> length head (outlets_no_decoder)
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("attention", self.attention, ATTENTIONS),
-                                     ("gate", self.gate, GATES),
-                                     ("head_input", self.head_input, HEAD_INPUTS)):
-            if value not in allowed:
-                raise ValueError(f"outlets.{name}={value!r}; use one of {list(allowed)}")
+        check_choices(self.attention, self.gate, self.head_input)
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads (GQA)")
 
