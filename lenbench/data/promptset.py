@@ -94,9 +94,9 @@ def build_promptset(
         if where and len(examples.setdefault(reason, [])) < N_EXAMPLES:
             examples[reason].append(f"{where}: {message}")
 
-    for item in raw:
-        if limit is not None and len(rows) >= limit:
-            break
+    # stop as soon as the limit is met: a row pulled from the source and not counted would be lost
+    items = raw if limit is None or limit > 0 else ()
+    for item in items:
         n_in += 1
         if isinstance(item, Rejected):
             drop(item.reason, item.where, item.message)
@@ -122,6 +122,8 @@ def build_promptset(
         seen[pid] = item.where
         rows.append({"prompt_id": pid, "text": text, "split": assign_split(pid, fractions, salt),
                      "family": item.family, "meta": json.dumps(item.meta, sort_keys=True)})
+        if limit is not None and len(rows) >= limit:
+            break
     df = pd.DataFrame(rows, columns=["prompt_id", "text", "split", "family", "meta"])
     card = {"n_read": n_in, "n_kept": len(df), "dropped": dict(sorted(dropped.items())),
             "splits": {s: int((df["split"] == s).sum()) for s in SPLITS}}
@@ -188,17 +190,25 @@ def source_from_config(ds: Mapping) -> Iterable[RawPrompt | Rejected]:
 def source_fingerprint(ds: Mapping) -> str | None:
     """Identity of a local `dataset.path` (names, sizes, mtimes), for the promptset cache key.
 
-    The config alone does not change when the file behind `path` does; None for hub or
-    generated sources, whose identity is their config.
+    The config alone does not change when the file behind `path` does, nor when a reinstall
+    changes the file a `dataset.package` ships (fingerprinted like a path, plus its version);
+    None for hub or generated sources, whose identity is their config.
     """
-    path = ds.get("path")
+    path, h = ds.get("path"), hashlib.sha256()
+    if not path and ds.get("package"):
+        from lenbench.data.sources.reading import SourceError, package_file
+
+        try:
+            path, pkg = package_file(ds["package"])
+        except SourceError:
+            return None  # the source itself reports the missing package
+        h.update(f"{pkg['distribution']}=={pkg['version']}\n".encode())
     if not path:
         return None
     root = Path(str(path)).expanduser()
     if not root.exists():
         return None  # the source itself reports the missing path
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    h = hashlib.sha256()
     for f in files:
         st = f.stat()
         h.update(f"{f.relative_to(root) if root.is_dir() else f.name}:{st.st_size}:"

