@@ -48,13 +48,41 @@ def resolve_model(model_cfg: dict, cache_dir: str | Path, progress: bool = True)
                 with stage.building() as tmp:
                     build_toy_model(tmp, cfg, progress=progress)
         return str(stage.path), stage.key
+    if source == "gguf" or (source == "hf" and str(model_cfg.get("path") or "").endswith(".gguf")):
+        return _converted_gguf(model_cfg, cache_dir)
     if source == "hf":
         path = model_cfg.get("path")
         if not path:
             raise ValueError("model.path is empty: give a local folder or a hub id, e.g. "
                              "model.path=meta-llama/Llama-3.2-1B-Instruct")
         return str(path), stable_hash({"path": str(path), "revision": model_cfg.get("revision")})
-    raise ValueError(f"model.source={source!r} is unknown; use 'toy' or 'hf'")
+    raise ValueError(f"model.source={source!r} is unknown; use 'toy', 'hf' or 'gguf'")
+
+
+def _converted_gguf(model_cfg: dict, cache_dir: str | Path) -> tuple[str, str]:
+    """A GGUF checkpoint converted once into a transformers folder (lenbench/models/gguf.py).
+
+    The key is the checkpoint's sha256 plus what the conversion changes, so the same weights
+    from another package version reuse the folder and different weights never do.
+    """
+    from lenbench.models.gguf import convert_gguf, locate_gguf, sha256_of
+
+    parts = locate_gguf(model_cfg)
+    sha = sha256_of(parts.paths)
+    expected = (model_cfg.get("gguf") or {}).get("sha256")
+    if expected and expected != sha and not model_cfg.get("path"):
+        raise ValueError(f"{parts.name}: sha256 {sha} differs from the preset's {expected}; the "
+                         "installed package holds other weights than the preset was made for")
+    key = {"gguf_sha256": sha, "dtype": model_cfg.get("dtype", "float32"),
+           "chat_template": model_cfg.get("chat_template"),
+           "stop_strings": list(model_cfg.get("stop_strings") or [])}
+    stage = Stage(cache_dir, "model", key)
+    with stage.lock():
+        if not stage.done:
+            with stage.building() as tmp:
+                convert_gguf(parts, tmp, dtype=key["dtype"], chat_template=key["chat_template"],
+                             stop_strings=key["stop_strings"], sha256=sha)
+    return str(stage.path), stage.key
 
 
 def load_target(path: str, dtype: str = "float32", device: str = "cpu",
