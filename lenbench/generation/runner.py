@@ -13,6 +13,7 @@ order, which is the order of a one-process run.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -23,7 +24,10 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
+from lenbench.progress import ProgressLog
 from lenbench.stages import atomic_write_bytes
+
+log = logging.getLogger(__name__)
 
 
 class ShardsPending(RuntimeError):
@@ -151,9 +155,15 @@ def generate_labels(
     stats = GenStats()
     started = time.perf_counter()
     done_before = 0
+    resumed = sum(len(shards[k]) for k in mine
+                  if (out_dir / f"shard-{k:05d}.parquet").exists()) * n_samples
+    name = "generate" if num_workers == 1 else f"generate (worker {worker}/{num_workers})"
+    plain = ProgressLog(log, name, total, unit="samples", start=resumed)
+    if resumed:
+        log.info("%s: %d of %d samples already on disk (resumed)", name, resumed, total)
+
     with _progress(progress) as bar:
-        task = bar.add_task("generate" if num_workers == 1 else
-                            f"generate (worker {worker}/{num_workers})", total=total)
+        task = bar.add_task(name, total=total)
         for shard_no in mine:
             shard = shards[shard_no]
             path = out_dir / f"shard-{shard_no:05d}.parquet"
@@ -170,8 +180,15 @@ def generate_labels(
                     requests.append(GenRequest(tuple(rendered[i]),
                                                (seed, int(pid, 16) % 2**63, s)))
                     keys.append((i, s))
+            shard_started = time.perf_counter()
             results, shard_stats = generator.generate(
-                requests, sampling, on_done=lambda _: bar.advance(task))
+                requests, sampling, on_done=lambda _: (bar.advance(task), plain.advance(1)))
+            seconds = time.perf_counter() - shard_started
+            n_tokens = sum(len(r.output_ids) for r in results)
+            log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d censored",
+                     name, shard_no + 1, len(shards), n_tokens, seconds,
+                     n_tokens / max(seconds, 1e-9),
+                     sum(r.finish_reason == "length" for r in results), len(results))
             rows = []
             for (i, s), res in zip(keys, results):
                 row = prompts.loc[i]

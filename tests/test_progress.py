@@ -1,0 +1,33 @@
+"""Plain progress lines: one per tenth of the work (or per interval), resumed work not counted."""
+
+from __future__ import annotations
+
+import logging
+
+from lenbench.progress import ProgressLog, _clock
+
+
+def test_logs_once_per_tenth_and_at_the_end(caplog):
+    caplog.set_level(logging.INFO)
+    p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9)
+    for _ in range(100):
+        p.advance()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 10
+    assert lines[0].startswith("generate: 10/100 samples (10%)")
+    assert lines[-1].startswith("generate: 100/100 samples (100%)")
+    assert "left" not in lines[-1] and "left" in lines[0]
+
+
+def test_resumed_work_is_not_in_the_rate(caplog, monkeypatch):
+    clock = iter([0.0, 10.0, 10.0])
+    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: next(clock))
+    p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9, start=50)
+    caplog.set_level(logging.INFO)
+    p.advance(20)  # 20 new samples in 10 s: 2/s, 30 left -> 15 s
+    line = caplog.records[-1].getMessage()
+    assert "70/100 samples (70%)" in line and "2.00 samples/s" in line and "~0m15s left" in line
+
+
+def test_clock():
+    assert _clock(59.6) == "1m00s" and _clock(3725) == "1h02m05s"
