@@ -32,6 +32,7 @@ from lenbench.features.extract import FeatureConfig, FeatureStore, extract_featu
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
+from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_model
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage
@@ -138,6 +139,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     gen_card = json.loads((gen_stage.path / "card.json").read_text())
     if len(labels) == 0:
         raise RuntimeError(f"generation produced no usable rows (see {gen_stage.path}/card.json)")
+    warn_censoring(gen_card)
 
     # features
     features = None
@@ -163,13 +165,46 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
                     "n_test_prompts": int(test["prompt_id"].nunique()),
                     "mean_L": float(labels["L"].mean()), "card": ds_card,
                     "generation": gen_card}
-    model_info = {"name": model_cfg["name"], "key": model_key, "path": target_path}
+    model_info = {"name": model_cfg["name"], "key": model_key, "path": target_path,
+                  "source": model_source_summary(target_path)}
     world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
                   generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
                   device=device, target=target,
                   keys={"promptset": ds_stage.key, "generate": gen_stage.key,
                         "features": None if feat_stage is None else feat_stage.key})
     return world
+
+
+CENSORED_WARN_SHARE = 0.2
+
+
+def warn_censoring(card: dict) -> None:
+    """Say loudly when the cap shaped the data: dropped censored samples are the long ones, so a
+    large share biases every length statistic downwards, and prompts whose samples were all
+    censored vanish from the test split without a trace."""
+    n_generated = int(card.get("n_prompts", 0) - card.get("n_prompts_too_long", 0)) * \
+        int(card.get("n_samples") or 1)
+    n_censored = int(card.get("n_censored") or 0)
+    if n_generated and n_censored / n_generated > CENSORED_WARN_SHARE:
+        cap = (card.get("sampling") or {}).get("max_new_tokens")
+        log.warning("%d of %d samples (%.0f%%) hit max_new_tokens=%s and were %s; lengths are "
+                    "biased towards short answers: raise generation.max_new_tokens, or check "
+                    "the sampling settings (a model that loops never emits EOS)", n_censored,
+                    n_generated, 100 * n_censored / n_generated, cap,
+                    card.get("censored_rows", "dropped"))
+    if card.get("n_prompts_too_long"):
+        log.warning("%d of %d prompts were longer than generation.max_prompt_tokens and were "
+                    "skipped (card.json: n_prompts_too_long)", card["n_prompts_too_long"],
+                    card.get("n_prompts", 0))
+
+
+def model_source_summary(target_path: str) -> dict | None:
+    """Where a converted model's weights came from (GGUF file, sha256, package versions)."""
+    card = read_card(target_path)
+    if card is None:
+        return None
+    return {k: card.get(k) for k in ("source", "gguf_file", "gguf_sha256", "packages", "dtype",
+                                     "architecture", "n_parameters", "chat_template_from")}
 
 
 def _import_stage(cache: Path, prompts: pd.DataFrame, lengths: dict, model_key: str,
