@@ -3,6 +3,9 @@
 Static: a head on the state after prefill (last prompt position) regresses log1p(L).
 Dynamic: a second head on the state at each response step t regresses log1p(L - t).
 Head shape H -> H/2 -> H/4 -> 1 with ReLU, the same as the OUTLETS length head.
+Predictions are clipped to what the protocol allows: [1, max_length] for the total length and
+[1, max_length - t] for the remaining length at step t (an unclipped log-space head can
+extrapolate far past the generation cap on states unlike its training data).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ def _mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 class MLPProbe(Predictor):
     def __init__(self, layer: str = "mid", dynamic: bool = True, epochs: int = 40,
                  lr: float = 1e-3, batch_size: int = 256, weight_decay: float = 1e-4,
-                 max_train_steps: int = 200_000, progress: bool = True):
+                 max_train_steps: int = 200_000, max_length: int | None = None,
+                 progress: bool = True):
         self.layer = layer
+        self.max_length = max_length
         self.is_dynamic = dynamic
         self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
         self.weight_decay = weight_decay
@@ -72,17 +77,20 @@ class MLPProbe(Predictor):
             self.dynamic_head = self._fit(x, y, xv, yv, "fit dynamic")
 
     @staticmethod
-    def _apply(model, x: np.ndarray) -> np.ndarray:
+    def _apply(model, x: np.ndarray, upper) -> np.ndarray:
         scaler, head = model
         with torch.no_grad():
             out = head(scaler(x)).squeeze(-1).double().numpy()
-        return np.maximum(np.expm1(out), 1.0)
+        return np.clip(np.expm1(out), 1.0, np.maximum(upper, 1.0))
 
     def predict(self, split) -> np.ndarray:
-        return self._apply(self.static, split.hidden(self.layer))
+        upper = np.inf if self.max_length is None else self.max_length
+        return self._apply(self.static, split.hidden(self.layer), upper)
 
     def predict_remaining(self, split) -> np.ndarray:
-        return self._apply(self.dynamic_head, split.steps.hidden(self.layer))
+        steps = split.steps
+        upper = np.inf if self.max_length is None else self.max_length - steps.t
+        return self._apply(self.dynamic_head, steps.hidden(self.layer), upper)
 
     def num_parameters(self) -> int:
         heads = [self.static[1]] + ([self.dynamic_head[1]] if self.is_dynamic else [])
