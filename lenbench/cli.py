@@ -48,7 +48,9 @@ def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
         full = copy.deepcopy(cfg)
         with open_dict(full):
             full.predictor = member.predictor
-        out.append((name, OmegaConf.to_container(full.predictor, resolve=True)))
+        member_cfg = OmegaConf.to_container(full.predictor, resolve=True)
+        # a preset in a subfolder (cpu/outlets) reports under its own name (outlets)
+        out.append((member_cfg.get("name") or name, member_cfg))
     return out
 
 
