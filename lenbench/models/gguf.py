@@ -51,11 +51,14 @@ def _package_file(spec: str, install_hint: str) -> tuple[Path, str, str]:
                                "'import_name:path/inside/the/package'")
     # find_spec locates the package without importing it: weight packages may import runtimes
     # (llama.cpp bindings) that lenbench neither needs nor installs
-    spec = importlib.util.find_spec(module)
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceError(f"the model's weights come from the Python package {module!r}, "
                                f"which is not installed: {install_hint}")
-    path = Path(list(spec.submodule_search_locations)[0]) / rel
+    path = Path(next(iter(spec.submodule_search_locations))) / rel
     if not path.is_file():
         raise ModelSourceError(f"{module} is installed but holds no {rel!r} ({path}); "
                                f"reinstall it: {install_hint}")
@@ -141,21 +144,25 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
 
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    joined = None
+    # transformers is given a folder holding only the checkpoint and its absolute path: a file of
+    # the same name in the working directory, or tokenizer files beside the GGUF, would
+    # otherwise be read instead of the checkpoint's own
+    source = out_dir / "gguf-source"
+    source.mkdir()
+    gguf_path = source / parts.name
     if len(parts.paths) > 1:
-        joined = join_parts(parts.paths, out_dir / "joined.gguf.tmp")
-        folder, name = out_dir, joined.name
+        join_parts(parts.paths, gguf_path)
     else:
-        folder, name = parts.paths[0].parent, parts.paths[0].name
+        gguf_path.symlink_to(parts.paths[0])
     try:
         log.info("converting %s (%s) into %s", parts.name, dtype, out_dir)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=DTYPES[dtype])
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=str(gguf_path))
+        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=str(gguf_path),
+                                                     dtype=DTYPES[dtype])
         architecture = model.config.model_type
-        quant_types = _tensor_types(folder / name, gguf)
+        quant_types = _tensor_types(gguf_path, gguf)
     finally:
-        if joined is not None:
-            joined.unlink(missing_ok=True)
+        shutil.rmtree(source)
     # The dequantised weights are plain tensors; the GGUF quantizer only blocks saving them.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
