@@ -38,8 +38,10 @@ class ProgressLog:
         self.done += n
         now = time.perf_counter()
         tenth = self._tenth(self.done)
-        if tenth > self.last_tenth or now - self.last_log >= self.every_s or \
-                self.done >= self.total:
+        # a tenth crossed (at most one line a second: samples often finish in bursts), the
+        # interval passed, or the end
+        if (tenth > self.last_tenth and now - self.last_log >= 1.0) or \
+                now - self.last_log >= self.every_s or self.done >= self.total:
             self.last_tenth, self.last_log = tenth, now
             self.log.info("%s", self.line(now))
 

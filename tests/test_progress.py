@@ -7,7 +7,9 @@ import logging
 from lenbench.progress import ProgressLog, _clock
 
 
-def test_logs_once_per_tenth_and_at_the_end(caplog):
+def test_logs_once_per_tenth_and_at_the_end(caplog, monkeypatch):
+    ticks = iter(range(1000))  # two seconds per sample: no burst suppression
+    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: 2.0 * next(ticks))
     caplog.set_level(logging.INFO)
     p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9)
     for _ in range(100):
@@ -27,6 +29,17 @@ def test_resumed_work_is_not_in_the_rate(caplog, monkeypatch):
     p.advance(20)  # 20 new samples in 10 s: 2/s, 30 left -> 15 s
     line = caplog.records[-1].getMessage()
     assert "70/100 samples (70%)" in line and "2.00 samples/s" in line and "~0m15s left" in line
+
+
+def test_bursts_log_one_line_a_second(caplog, monkeypatch):
+    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: 5.0)
+    caplog.set_level(logging.INFO)
+    p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9)
+    for _ in range(99):
+        p.advance()  # every sample done at the same instant: tenths crossed, no line
+    assert not caplog.records
+    p.advance()
+    assert caplog.records[-1].getMessage().startswith("generate: 100/100")
 
 
 def test_clock():
