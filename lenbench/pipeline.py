@@ -33,7 +33,7 @@ from lenbench.generation.backends import GenerationTarget, backend_name, label_k
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
 from lenbench.models.gguf import read_card
-from lenbench.models.loading import load_target, resolve_device, resolve_model
+from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage
 
@@ -97,6 +97,9 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     """
     cache = Path(cfg["paths"]["cache_dir"])
     device = resolve_device(cfg.get("device", "auto"))
+    # model.dtype=auto is settled here, so keys and cards name the dtype that ran
+    cfg = {**cfg, "model": {**cfg["model"],
+                            "dtype": resolve_dtype(cfg["model"].get("dtype"), device)}}
     model_cfg = dict(cfg["model"])
     target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
 

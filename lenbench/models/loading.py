@@ -24,6 +24,16 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def resolve_dtype(name: str | None, device: str) -> str:
+    """`auto`: float32 on CPUs (it decoded ~4x faster than bfloat16 on CPUs without AVX-512 or
+    AMX), bfloat16 on GPUs that support it, else float16."""
+    if name not in (None, "auto"):
+        return str(name)
+    if not str(device).startswith("cuda"):
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
 def toy_config(overrides: dict):
     """The toy model's config with the given overrides; unknown keys name the valid ones."""
     from lenbench.models.toy import ToyModelConfig
