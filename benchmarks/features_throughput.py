@@ -12,6 +12,14 @@ and tokens/s of both and their ratio are reported. Run:
 
     PYTHONPATH=. python benchmarks/features_throughput.py [--device cuda] [--json out.json]
     PYTHONPATH=. python benchmarks/features_throughput.py --tiny --device cpu
+
+With `--model PATH` (a `from_pretrained` folder, e.g. a converted SmolLM2) the real model is
+compared instead, each variant in a fresh subprocess so that its peak memory can be read on its
+own: the peak resident set (VmHWM, reset after loading the model and a warm-up) minus the resident
+set before the timed run, or the peak CUDA memory allocated on a GPU. `--threads` and `--dtype`
+then take comma lists (e.g. `--threads 1,2 --dtype float32,bfloat16`), every combination is run:
+
+    PYTHONPATH=. python benchmarks/features_throughput.py --model /tmp/smollm2_hf --rows 32
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from lenbench.batching import length_batches, pad_right
 from lenbench.features.extract import FeatureConfig, extract_features
@@ -112,6 +122,110 @@ def run_extract(model, labels, cfg: FeatureConfig, device) -> tuple[float, dict]
     return dt, {**meta, "bytes_written": size}
 
 
+def _proc_status(field: str) -> int:
+    """A memory field of /proc/self/status, in bytes (Linux)."""
+    text = Path("/proc/self/status").read_text()
+    return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE).group(1)) * 1024
+
+
+def reset_peak_memory(device: torch.device) -> int:
+    """Reset the peak-memory counter; return the memory in use now (bytes)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak resident set (VmHWM)
+    return _proc_status("VmRSS")
+
+
+def peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _proc_status("VmHWM")
+
+
+def model_worker(args) -> int:
+    """One variant (plain forward or extract_features) on a `from_pretrained` model; prints a
+    JSON line with its time and peak memory."""
+    device = torch.device(args.device)
+    torch.set_num_threads(int(args.threads))
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).eval()
+    labels = make_labels(args.rows, args.prompt_len, args.resp_len, model.config.vocab_size)
+    cfg = FeatureConfig(batch_tokens=args.batch_tokens)
+    batches = batches_like_extract(labels, args.batch_tokens)
+    # Warm-up: a short forward (installs the hidden-state hooks, first-call overheads).
+    with torch.inference_mode():
+        model(input_ids=torch.ones((1, 16), dtype=torch.long, device=device),
+              output_hidden_states=True, use_cache=False)
+    base = reset_peak_memory(device)
+    cpu0 = time.process_time()
+    if args.worker == "plain":
+        seconds = plain_forward(model, labels, batches, device)
+    else:
+        seconds, _ = run_extract(model, labels, cfg, device)
+    cpu_seconds = time.process_time() - cpu0
+    peak = peak_memory(device)
+    print(json.dumps({"variant": args.worker, "threads": int(args.threads), "dtype": args.dtype,
+                      "seconds": seconds, "cpu_seconds": cpu_seconds,
+                      "tokens": args.rows * (args.prompt_len + args.resp_len),
+                      "n_batches": len(batches), "base_bytes": base, "peak_bytes": peak,
+                      "peak_delta_bytes": peak - base}))
+    return 0
+
+
+def compare_model(args) -> int:
+    """Run plain forward and extract_features, each in a fresh subprocess, for every thread
+    count and dtype asked; print tokens/s, the time ratio and the peak memory of each."""
+    rows = args.rows or 32
+    prompt_len, resp_len = args.prompt_len or 128, args.resp_len or 192
+    batch_tokens = args.batch_tokens or 8192
+    threads = (args.threads or "1").split(",")
+    dtypes = (args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")).split(",")
+    env = environment(torch.device(args.device), getattr(torch, dtypes[0]))
+    env.pop("threads"), env.pop("dtype")
+    print("environment: " + "  ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    tokens = rows * (prompt_len + resp_len)
+    print(f"model: {args.model}; workload: {rows} rows x ({prompt_len} prompt + {resp_len} "
+          f"response) = {tokens} tokens, batches of <= {batch_tokens} tokens; each variant in a "
+          "fresh process; memory: the peak during the timed run, and (+) its rise over the "
+          "memory in use before it (model loaded)", flush=True)
+    mem_name = "peak CUDA alloc (run)" if args.device.startswith("cuda") else "peak RSS (run)"
+    print(f"{'variant':<18}{'threads':>8}{'dtype':>10}{'tok/s':>10}{'time s':>9}{'cpu s':>9}"
+          f"{mem_name:>26}", flush=True)
+    results = []
+    for th in threads:
+        for dt in dtypes:
+            pair = {}
+            for variant in ("plain", "extract"):
+                cmd = [sys.executable, __file__, "--worker", variant, "--model", args.model,
+                       "--device", args.device, "--dtype", dt, "--threads", th,
+                       "--rows", str(rows), "--prompt-len", str(prompt_len),
+                       "--resp-len", str(resp_len), "--batch-tokens", str(batch_tokens)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    print(proc.stderr[-3000:], file=sys.stderr)
+                    return proc.returncode
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r["tok_s"] = r["tokens"] / r["seconds"]
+                pair[variant] = r
+                name = "plain forward" if variant == "plain" else "extract_features"
+                print(f"{name:<18}{th:>8}{dt:>10}{r['tok_s']:>10,.0f}{r['seconds']:>9.2f}"
+                      f"{r['cpu_seconds']:>9.2f}{r['peak_bytes'] / 2**20:>12,.0f} MiB"
+                      f" (+{r['peak_delta_bytes'] / 2**20:,.0f} MiB)", flush=True)
+            ratio = pair["extract"]["seconds"] / pair["plain"]["seconds"]
+            mem = pair["extract"]["peak_delta_bytes"] / max(1, pair["plain"]["peak_delta_bytes"])
+            print(f"  -> extract_features takes {ratio:.2f}x the plain forward's time "
+                  f"({1 / ratio:.2f}x its throughput) and {mem:.2f}x its peak memory", flush=True)
+            results.append({"threads": int(th), "dtype": dt, **{k: v for k, v in pair.items()},
+                            "extract_over_plain_time": ratio,
+                            "extract_over_plain_memory": mem})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"environment": env, "model": args.model,
+                                               "results": results}, indent=2))
+    return 0
+
+
 def environment(device: torch.device, dtype: torch.dtype) -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__, "numpy": np.__version__,
@@ -130,15 +244,24 @@ def main() -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny model and sizes (CPU smoke test)")
-    ap.add_argument("--rows", type=int, default=None, help="default 64 (tiny: 8)")
+    ap.add_argument("--rows", type=int, default=None, help="default 64 (tiny: 8, --model: 32)")
     ap.add_argument("--prompt-len", type=int, default=None, help="default 128 (tiny: 16)")
-    ap.add_argument("--resp-len", type=int, default=None, help="default 384 (tiny: 48)")
+    ap.add_argument("--resp-len", type=int, default=None,
+                    help="default 384 (tiny: 48, --model: 192)")
     ap.add_argument("--batch-tokens", type=int, default=None,
                     help="FeatureConfig.batch_tokens, default 8192 (tiny: 256)")
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions of each (best kept)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (cpu default 1)")
+    ap.add_argument("--threads", default=None,
+                    help="torch CPU threads (cpu default 1); with --model a comma list, e.g. 1,2")
+    ap.add_argument("--model", help="a from_pretrained folder: compare on this model instead "
+                    "(--dtype and --threads then take comma lists)")
+    ap.add_argument("--worker", choices=("plain", "extract"), help=argparse.SUPPRESS)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.worker:
+        return model_worker(args)
+    if args.model:
+        return compare_model(args)
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -146,7 +269,7 @@ def main() -> int:
               f"(torch {torch.__version__})", file=sys.stderr)
         return 2
     if args.threads or device.type == "cpu":
-        torch.set_num_threads(args.threads or 1)
+        torch.set_num_threads(int(args.threads or 1))
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     shape = TINY if args.tiny else LLAMA_31_8B
     rows = args.rows or (8 if args.tiny else 64)

@@ -166,13 +166,14 @@ def test_running_entropy_pool_equals_direct_softmax_pool():
     from lenbench.features.extract import running_entropy_pool
 
     rng = np.random.default_rng(0)
-    h = rng.normal(size=(9, 5)).astype(np.float32)
-    ent = rng.uniform(0, 6, size=9).astype(np.float32)
-    ends = np.array([0, 3, 8])
-    got = running_entropy_pool(h, ent, ends)
-    for k, e in enumerate(ends):
-        w = np.exp(ent[: e + 1] - ent[: e + 1].max())
-        np.testing.assert_allclose(got[k], (w / w.sum()) @ h[: e + 1], rtol=1e-5, atol=1e-6)
+    h = rng.normal(size=(2, 9, 5)).astype(np.float32)
+    ent = rng.uniform(0, 6, size=(2, 9)).astype(np.float32)
+    ent[1, 6:] = 30.0  # padding: huge, so any leak into the pools of row 1 would show
+    ends = np.array([[0, 0], [0, 3], [0, 8], [1, 2], [1, 5]])
+    got = running_entropy_pool(*map(torch.from_numpy, (h, ent, ends))).numpy()
+    for k, (b, e) in enumerate(ends):
+        w = np.exp(ent[b, : e + 1] - ent[b, : e + 1].max())
+        np.testing.assert_allclose(got[k], (w / w.sum()) @ h[b, : e + 1], rtol=1e-5, atol=1e-6)
 
 
 def test_features_config_adds_what_predictors_need_and_nothing_else():
@@ -186,3 +187,127 @@ def test_features_config_adds_what_predictors_need_and_nothing_else():
     assert grown["roles"] == ["mid", "last"] and grown["poolings"] == ["last", "entropy"]
     assert grown["step_roles"] == ["mid", "last"]
     assert grown["step_poolings"] == ["last", "entropy"]
+
+
+# --- memory-bounded entropy: tiles of the logits, softcapping, only the needed hidden states ---
+
+def _torch_entropy(logits: torch.Tensor) -> np.ndarray:
+    return _entropy(logits.double().numpy())
+
+
+@pytest.mark.parametrize("softcap", [None, 10.0])
+@pytest.mark.parametrize("bias", [False, True])
+def test_tiled_entropy_equals_full_vocabulary_entropy(softcap, bias):
+    from lenbench.features.extract import next_token_entropy
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 70, bias=bias)
+    with torch.no_grad():
+        head.weight.mul_(8.0)  # peaked: entropies far from log(70), softcapping bites
+    hidden = torch.randn(11, 16)
+    logits = head(hidden).detach()
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    want = _torch_entropy(logits)
+    assert want.std() > 0.1
+    with torch.no_grad():
+        # tiles smaller than both dimensions, neither dividing them; and one tile for everything
+        for tile in ((3, 16), (4, 7), (1, 70), (64, 512)):
+            got = next_token_entropy(hidden, head, softcap, tile=tile)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_entropy_in_small_tiles_through_extract(model, labels, direct, tmp_path, monkeypatch):
+    """Tiles of 5 positions x 24 vocabulary entries: every row spans several position tiles and
+    the 64-entry vocabulary three blocks, the last one partial."""
+    from lenbench.features import extract
+
+    monkeypatch.setattr(extract, "ENTROPY_TILE", {"cpu": (5, 24), "accelerator": (5, 24)})
+    store = _extract(model, labels, tmp_path / "t", roles=("mid",), poolings=("entropy",),
+                     step_roles=("mid",))
+    for i, ((n, L), (hs, logits)) in enumerate(zip(SHAPES, direct)):
+        e = _entropy(logits)
+        np.testing.assert_allclose(store.entropy(i), e, rtol=1e-4, atol=1e-4)
+        w = np.exp(e[:n] - e[:n].max())
+        _close(store.static("mid", "entropy")[i], (w / w.sum()) @ hs[4, :n])
+
+
+def test_step_entropy_pools_equal_direct_forward(model, labels, direct, tmp_path):
+    store = _extract(model, labels, tmp_path / "pe", roles=("mid",), poolings=("last",),
+                     step_roles=("mid", "last"), step_poolings=("last", "entropy"), step_stride=2)
+    for role, layer in (("mid", 4), ("last", 8)):
+        last, pooled = store.steps(role, "last"), store.steps(role, "entropy")
+        for i, ((n, L), (hs, logits)) in enumerate(zip(SHAPES, direct)):
+            e = _entropy(logits)
+            lo = store.step_offsets[i]
+            for k, t in enumerate(range(0, L, 2)):
+                end = n + t  # positions 0..n-1+t
+                w = np.exp(e[:end] - e[:end].max())
+                _close(pooled[lo + k], (w / w.sum()) @ hs[layer, :end])
+                _close(last[lo + k], hs[layer, n - 1 + t])
+
+
+def test_forward_computes_no_logits_and_keeps_only_needed_states(model, labels, tmp_path,
+                                                                 monkeypatch):
+    """The [B, T, V] logits and unneeded layers' states are what made the stage slow and big."""
+    seen = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        seen.append((tuple(out.logits.shape),
+                     [i for i, h in enumerate(out.hidden_states) if h is not None]))
+        return out
+
+    monkeypatch.setattr(model, "forward", spy)
+    _extract(model, labels, tmp_path / "spy", roles=("low",), poolings=("last",),
+             step_roles=("mid",))
+    assert seen
+    for logits_shape, kept in seen:
+        assert logits_shape[1] == 0
+        assert kept == [2, 4, 8]  # low, mid, and the final state the entropy reads
+
+
+def tiny_gemma3(softcap: float | None):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=8, max_position_embeddings=512, sliding_window=4,
+                           final_logit_softcapping=softcap, tie_word_embeddings=False,
+                           pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    torch.manual_seed(5)
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(200.0)  # logits far beyond the cap: softcapping changes them
+    return model
+
+
+def test_final_logit_softcapping_gemma3(labels, tmp_path):
+    model = tiny_gemma3(softcap=3.0)
+    store = _extract(model, labels, tmp_path / "g", roles=("mid",), poolings=("entropy",),
+                     step_roles=("mid",))
+    capped_vs_raw = []
+    with torch.no_grad():
+        for i, row in labels.iterrows():
+            ids = torch.tensor([list(row["prompt_token_ids"]) + list(row["output_token_ids"])])
+            res = model(input_ids=ids, output_hidden_states=True)
+            want = _torch_entropy(res.logits[0])
+            np.testing.assert_allclose(store.entropy(i), want, rtol=1e-4, atol=1e-4)
+            raw = model.lm_head(res.hidden_states[-1][0])  # the head's logits before capping
+            capped_vs_raw.append(np.abs(want - _torch_entropy(raw)).max())
+            n = len(row["prompt_token_ids"])
+            w = np.exp(want[:n] - want[:n].max())
+            _close(store.static("mid", "entropy")[i],
+                   (w / w.sum()) @ res.hidden_states[4][0, :n].double().numpy())
+    assert max(capped_vs_raw) > 0.1  # without the softcap the entropies would differ
+
+
+def test_progress_lines_for_plain_logs(model, labels, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="lenbench.features.extract"):
+        _extract(model, labels, tmp_path / "log", roles=("mid",), poolings=("last",))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("7 rows" in m and "batches" in m for m in lines)
+    last = lines[-1]
+    assert last.startswith(f"features: {len(SHAPES)}/{len(SHAPES)} rows (100%)")
+    assert "tok/s" in last and "elapsed 0:00:0" in last and "ETA 0:00:00" in last

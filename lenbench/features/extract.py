@@ -7,21 +7,35 @@ here, computed once and cached as fp16 memory-mapped arrays:
 - per-token entropy of the next-token distribution over the whole sequence.
 Layer roles follow EAGLE-3: low/mid/high = hs[2], hs[L//2], hs[L-3]; last = hs[L] (HF
 `hidden_states`, where hs[0] is the embedding output).
+
+Memory is bounded whatever the vocabulary: the forward keeps only the hidden states the roles need
+and computes no logits; the entropy applies the output head to a slice of positions at a time.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lenbench.batching import length_batches, pad_right
 from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS, check_names
+
+log = logging.getLogger(__name__)
+
+# The logits `next_token_entropy` computes at once, as (positions, vocabulary entries). On the CPU a
+# tile of 8 MiB (fp32) stays in the last-level cache, which makes the entropy cheaper than
+# materialising the full logits as a plain forward does; on an accelerator, bigger tiles (256 MiB)
+# keep kernel launches few. Either way peak memory does not grow with the vocabulary.
+ENTROPY_TILE = {"cpu": (2048, 1024), "accelerator": (8192, 8192)}
 
 
 def role_layers(num_layers: int) -> dict[str, int]:
@@ -33,26 +47,97 @@ def role_layers(num_layers: int) -> dict[str, int]:
     return layers
 
 
-def entropy_weights(entropy: np.ndarray) -> np.ndarray:
-    """EGTP weights: softmax of per-token entropies (no temperature)."""
-    z = np.exp(entropy - entropy.max())
-    return z / z.sum()
+def next_token_entropy(hidden: torch.Tensor, head: torch.nn.Module, softcap: float | None = None,
+                       tile: tuple[int, int] | None = None) -> torch.Tensor:
+    """Entropy (nats, fp32) of softmax(head(hidden)) for each row of `hidden` [N, H].
 
-
-def running_entropy_pool(h: np.ndarray, entropy: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Entropy-weighted pools of h[0..e] for each e in `ends`, from running sums.
-
-    Subtracting the sequence's maximum entropy before exponentiating keeps the sums finite; the
-    shared shift cancels in the ratio, so each pool equals softmax(H[0..e]) @ h[0..e].
+    `head` is the linear output head. Its logits are computed one tile of (positions, vocabulary
+    entries) at a time and never exist in full: per position, the running maximum m, the sums
+    s = sum exp(z - m) and t = sum exp(z - m) * z are rescaled as m grows (the online softmax),
+    and H = log s + m - t / s. `softcap` is the final logit softcapping some models (Gemma 2/3)
+    apply after the head: z -> c * tanh(z / c).
     """
-    w = np.exp(entropy.astype(np.float64) - entropy.max())
-    num = np.cumsum(w[:, None] * h.astype(np.float64), axis=0)
-    den = np.cumsum(w)
-    return (num[ends] / den[ends, None]).astype(np.float32)
+    positions, block = tile or ENTROPY_TILE["cpu" if hidden.device.type == "cpu" else "accelerator"]
+    weight, bias = head.weight, getattr(head, "bias", None)
+    out = torch.empty(len(hidden), dtype=torch.float32, device=hidden.device)
+    for lo in range(0, len(hidden), positions):
+        x = hidden[lo: lo + positions]
+        m = torch.full((len(x),), -torch.inf, device=x.device)
+        s, t = torch.zeros_like(m), torch.zeros_like(m)
+        for v in range(0, weight.shape[0], block):
+            z = F.linear(x, weight[v: v + block],
+                         None if bias is None else bias[v: v + block]).float()
+            if softcap is not None:
+                z = z.div_(softcap).tanh_().mul_(softcap)
+            new_m = torch.maximum(m, z.max(-1).values)
+            scale = torch.exp(m - new_m)  # 0 on the first block (m = -inf)
+            p = torch.exp(z - new_m[:, None])
+            s = s * scale + p.sum(-1)
+            t = t * scale + p.mul_(z).sum(-1)
+            m = new_m
+        out[lo: lo + positions] = torch.log(s) + m - t / s
+    return out
+
+
+def running_entropy_pool(h: torch.Tensor, entropy: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Entropy-weighted pools of h[b, 0..e] for each (b, e) in `ends` [K, 2], from running sums.
+
+    h [B, T, H], entropy [B, T]; right padding needs no mask, as pool e never reads beyond e.
+    Subtracting each row's maximum entropy before exponentiating keeps the float64 sums finite; the
+    shift cancels in the ratio, so each pool equals softmax(H[b, 0..e]) @ h[b, 0..e].
+    """
+    ent = entropy.double()
+    w = torch.exp(ent - ent.max(1, keepdim=True).values)
+    num = torch.cumsum(w[..., None] * h.double(), dim=1)
+    den = torch.cumsum(w, dim=1)
+    b, e = ends[:, 0], ends[:, 1]
+    return (num[b, e] / den[b, e, None]).float()
+
+
+def prompt_pool_weights(entropy: torch.Tensor, n: torch.Tensor, poolings) -> torch.Tensor:
+    """[B, P, T] weights over the prompt positions 0..n-1 of each row, one per pooling: one-hot
+    at n-1 ('last'), uniform ('mean'), softmax of the per-token entropies ('entropy', EGTP)."""
+    pos = torch.arange(entropy.shape[1], device=entropy.device)
+    prompt = pos[None, :] < n[:, None]
+    weights = {
+        "last": (pos[None, :] == n[:, None] - 1).float(),
+        "mean": prompt.float() / n[:, None],
+        "entropy": torch.softmax(entropy.masked_fill(~prompt, -torch.inf), dim=1),
+    }
+    return torch.stack([weights[p] for p in poolings], dim=1)
 
 
 def step_file(role: str, pooling: str) -> str:
     return f"steps_{role}.npy" if pooling == "last" else f"steps_{role}_{pooling}.npy"
+
+
+class ProgressLog:
+    """Progress lines that read well in a plain log file: every `every` of the rows or `seconds`."""
+
+    def __init__(self, total_rows: int, total_tokens: int, every: float = 0.1,
+                 seconds: float = 60.0):
+        self.total_rows, self.total_tokens = total_rows, total_tokens
+        self.step = max(1, int(total_rows * every))
+        self.seconds = seconds
+        self.t0 = self.last_t = time.perf_counter()
+        self.next_rows = self.step
+
+    def update(self, rows: int, tokens: int) -> None:
+        now = time.perf_counter()
+        if rows < self.total_rows and rows < self.next_rows and now - self.last_t < self.seconds:
+            return
+        self.last_t, self.next_rows = now, (rows // self.step + 1) * self.step
+        elapsed = now - self.t0
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        eta = (self.total_tokens - tokens) / rate if rate > 0 else 0.0
+        log.info("features: %d/%d rows (%.0f%%), %s tok/s, elapsed %s, ETA %s", rows,
+                 self.total_rows, 100 * rows / self.total_rows, f"{rate:,.0f}", _hms(elapsed),
+                 _hms(eta))
+
+
+def _hms(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -102,40 +187,65 @@ def extract_features(
     np.save(out_dir / "steps_offsets.npy", step_offsets)
 
     batches = length_batches(prompt_len + out_len, cfg.batch_tokens)
+    used_roles = set(cfg.roles) | set(cfg.step_roles)
+    # Only these hidden states are kept by the forward; hs[L] (the final, normed state) is always
+    # among them, as the output head reads it for the entropy.
+    keep = sorted({layers[r] for r in used_roles} | {n_layers})
+    head = model.get_output_embeddings()
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    no_logits = torch.empty(0, dtype=torch.long, device=device)  # logits_to_keep: none
+    log.info("features: %d rows, %d tokens in %d batches of <= %d tokens", n_rows,
+             tok_offsets[-1], len(batches), cfg.batch_tokens)
+    plog = ProgressLog(n_rows, int(tok_offsets[-1]))
+    rows_done = tokens_done = 0
 
     with Progress(TextColumn("[bold]features"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), disable=not progress) as bar, torch.inference_mode():
         task = bar.add_task("features", total=n_rows)
         for batch in batches:
-            seqs = [list(labels.at[i, "prompt_token_ids"]) + list(labels.at[i, "output_token_ids"])
-                    for i in batch]
-            ids, mask = pad_right(seqs)
-            out = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                        output_hidden_states=True, use_cache=False)
-            logp = torch.log_softmax(out.logits.float(), dim=-1)
-            ent = -(logp.exp() * logp).sum(-1).cpu().numpy()  # [B, T]
-            hs = {r: out.hidden_states[layers[r]].float().cpu().numpy()
-                  for r in set(cfg.roles) | set(cfg.step_roles)}
+            rows = np.asarray(batch)
+            n_np, L_np = prompt_len[rows], out_len[rows]
+            ids, mask = pad_right([list(labels.at[i, "prompt_token_ids"])
+                                   + list(labels.at[i, "output_token_ids"]) for i in batch])
+            ids, mask = ids.to(device), mask.to(device)
+            out = model(input_ids=ids, attention_mask=mask, output_hidden_states=keep,
+                        logits_to_keep=no_logits, use_cache=False)
+            hs = {r: out.hidden_states[layers[r]] for r in used_roles}
+            real = mask.bool()
+            ent = torch.zeros(real.shape, dtype=torch.float32, device=device)
+            ent[real] = next_token_entropy(out.hidden_states[n_layers][real], head, softcap)
+            del out
+
+            ent_np = ent.cpu().numpy()
             for b, i in enumerate(batch):
-                n, L = int(prompt_len[i]), int(out_len[i])
-                entropy_all[tok_offsets[i]: tok_offsets[i + 1]] = ent[b, : n + L]
-                w = entropy_weights(ent[b, :n].astype(np.float64))
+                entropy_all[tok_offsets[i]: tok_offsets[i + 1]] = ent_np[b, : n_np[b] + L_np[b]]
+
+            if cfg.roles and cfg.poolings:
+                weights = prompt_pool_weights(ent, torch.as_tensor(n_np, device=device),
+                                              cfg.poolings)
                 for r in cfg.roles:
-                    h = hs[r][b, :n]
-                    pooled = {"last": h[-1], "mean": h.mean(0), "entropy": w @ h}
-                    for p in cfg.poolings:
-                        static[(r, p)][i] = pooled[p]
-                ts = np.arange(0, L, cfg.step_stride)
-                lo, hi = step_offsets[i], step_offsets[i + 1]
-                step_index[lo:hi, 0] = i
-                step_index[lo:hi, 1] = ts
-                for (r, p), arr in steps.items():
-                    if p == "last":
-                        arr[lo:hi] = hs[r][b, n - 1 + ts]
-                    else:
-                        arr[lo:hi] = running_entropy_pool(hs[r][b, : n + L], ent[b, : n + L],
-                                                          n - 1 + ts)
+                    pooled = torch.bmm(weights, hs[r].float()).cpu().numpy()  # [B, P, H]
+                    for k, p in enumerate(cfg.poolings):
+                        static[(r, p)][rows] = pooled[:, k]
+
+            # step t of row b reads position n_b - 1 + t; its stored rows are contiguous per row
+            ts = [np.arange(0, L, cfg.step_stride) for L in L_np]
+            dest = np.concatenate([np.arange(step_offsets[i], step_offsets[i + 1]) for i in batch])
+            at_b = np.repeat(np.arange(len(batch)), [len(t) for t in ts])
+            at_t = np.concatenate(ts)
+            step_index[dest, 0] = rows[at_b]
+            step_index[dest, 1] = at_t
+            at = torch.as_tensor(np.stack([at_b, n_np[at_b] - 1 + at_t], 1), device=device)
+            for (r, p), arr in steps.items():
+                if p == "last":
+                    arr[dest] = hs[r][at[:, 0], at[:, 1]].float().cpu().numpy()
+                else:
+                    arr[dest] = running_entropy_pool(hs[r], ent, at).cpu().numpy()
+
             bar.advance(task, len(batch))
+            rows_done += len(batch)
+            tokens_done += int((n_np + L_np).sum())
+            plog.update(rows_done, tokens_done)
     for arr in (*static.values(), *steps.values(), step_index, entropy_all):
         arr.flush()
     meta = {"roles": list(cfg.roles), "poolings": list(cfg.poolings),
