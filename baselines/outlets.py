@@ -10,6 +10,8 @@ no_decoder | (no draft layer) fc only          | on fc(fused target features)
 Static prediction: the draft state at the last prompt position, whose token input is y_1 (the
 token the target sampled from the prefill logits): the state EAGLE-3 has right after prefill.
 Dynamic prediction: the same at position n-1+t, from one teacher-forced pass over the response.
+Training reads the target's features and teacher from a disk cache built in one target pass
+(`train.target_cache`), which sd_only's head phase reuses; prediction runs the target online.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from lenbench.outlets.train import (
     TrainConfig,
     draft_states,
     offline_acceptance,
+    open_target_cache,
     train_draft,
+    uses_sd,
 )
 from lenbench.outlets.vocab import build_draft_vocab
 
@@ -137,20 +141,28 @@ class Outlets(Predictor):
                                                  min(self.draft_vocab_size, vocab_size))
         self.draft = self.build(target, d2t, t2d)
         seqs = _sequences(train)
-        history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg, self.seed,
-                                           description=f"{self.variant} train",
-                                           progress=self.progress)}
-        if self.head_cfg is not None:  # sd_only: the head learns on the frozen backbone
-            history["length_head"] = train_draft(self.draft, target, seqs, self.head_cfg,
-                                                 self.seed, train_backbone=False,
-                                                 description="sd_only head",
-                                                 progress=self.progress)
+        # one pass of the target serves both phases (sd_only's head phase reads its features)
+        cache, cache_record = open_target_cache(target, seqs, self.train_cfg, t2d,
+                                                uses_sd(self.draft, self.train_cfg))
+        try:
+            history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg,
+                                               self.seed, description=f"{self.variant} train",
+                                               progress=self.progress, cache=cache)}
+            if self.head_cfg is not None:  # sd_only: the head learns on the frozen backbone
+                history["length_head"] = train_draft(self.draft, target, seqs, self.head_cfg,
+                                                     self.seed, train_backbone=False,
+                                                     description="sd_only head",
+                                                     progress=self.progress, cache=cache)
+        finally:
+            if cache is not None:
+                cache.close()
         self._report = {
             "variant": self.variant, "draft_config": self.draft.cfg.to_dict(),
             "train_config": self.train_cfg.to_dict(),
             "head_train_config": self.head_cfg.to_dict() if self.head_cfg else None,
             "inferred_choices": INFERRED, "draft_vocab": vocab_card,
-            "parameters": self.draft.parameter_counts(), "training": history}
+            "parameters": self.draft.parameter_counts(), "training": history,
+            "target_cache": cache_record}
 
     # --- prediction ---------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ def test_each_ablation_config_builds_its_variant(name, variant, attention, gate)
     assert pred.train_cfg.sd_weight == (0.0 if variant in ("lp_only", "no_decoder") else 1.0)
     assert pred.train_cfg.length_weight == (0.0 if variant == "sd_only" else 0.1)
     assert (pred.head_cfg is not None) == (variant == "sd_only")
+    assert pred.train_cfg.target_cache == "auto"
+    assert pred.train_cfg.target_cache_max_bytes == 4_000_000_000
 
 
 def test_paper_preset_has_the_papers_optimiser() -> None:
@@ -70,6 +72,10 @@ def test_outlets_through_the_harness(e2e, tmp_path: Path) -> None:
     assert report["variant"] == "outlets"
     assert report["draft_config"]["attention"] == "gated"
     assert report["inferred_choices"]["fusion_layers"].startswith("hs[2]")
+    # the tiny world's training split fits the cache: the target ran once, not every epoch
+    cache = report["target_cache"]
+    assert cache["mode"] == "cached" and cache["bytes"] >= cache["estimated_bytes"] > 0
+    assert report["training"]["backbone"]["target_cache"]["mode"] == "cached"
     spec = report["speculative"]
     assert spec["n_prompts"] == 3 and len(spec["alpha"]) == 5 and len(spec["acc"]) == 5
     # eight epochs on the tiny world already draft far better than the same draft untrained
