@@ -45,7 +45,7 @@ INFERRED = {  # choices the paper leaves open, recorded in every result (README:
     "fusion_layers": "hs[2], hs[L//2], hs[L-3] (EAGLE-3 code; the paper writes N-2 at the top)",
     "length_loss_step": "TTT step 0 only, every response position",
     "static_position": "last prompt position, token input y_1",
-    "prediction": "expm1(z_hat), at least 1 token",
+    "prediction": "expm1(z_hat), at least 1 token, at most max_length - t (the generation cap)",
     "gate_projection": "separate W_theta (equivalent to fusing it into q_proj)",
     "sd_loss_mask": "train.sd_mask=predicted: positions whose predicted token is a response "
                     "token (EAGLE's code masks by loss_mask[t+k], two tokens earlier: "
@@ -91,7 +91,8 @@ class Outlets(Predictor):
                  train: dict | None = None,
                  head_train: dict | None = None, spec_prompts: int = 32, spec_depth: int = 5,
                  spec_max_new_tokens: int = 64, overhead_batches: tuple[int, ...] = (1, 64),
-                 overhead_context: int = 512, batch_tokens: int = 16384, progress: bool = True):
+                 overhead_context: int = 512, batch_tokens: int = 16384,
+                 max_length: int | None = None, progress: bool = True):
         if variant not in VARIANTS:
             raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
         self.variant, self.progress = variant, progress
@@ -110,6 +111,7 @@ class Outlets(Predictor):
                      "max_new_tokens": spec_max_new_tokens}
         self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
         self.batch_tokens = batch_tokens
+        self.max_length = max_length  # predictions clipped to [1, max_length] (remaining: - t)
         self.draft: DraftModel | None = None
         self._report: dict = {}
         self._scored = None
@@ -180,7 +182,7 @@ class Outlets(Predictor):
         seqs = [Sequence(np.append(np.asarray(p, dtype=np.int64), first[i]), len(p), 1)
                 for i, p in enumerate(split.prompt_token_ids)]
         z = self._predict_log(split, seqs, [np.array([s.n - 1]) for s in seqs])
-        return np.maximum(np.expm1(np.concatenate(z).astype(np.float64)), 1.0)
+        return self._clip(np.expm1(np.concatenate(z).astype(np.float64)), 0)
 
     def predict_remaining(self, split) -> np.ndarray:
         steps = split.steps
@@ -193,7 +195,12 @@ class Outlets(Predictor):
         out = np.empty(len(steps), dtype=np.float64)
         for g, values in zip(groups, z):
             out[g] = values
-        return np.maximum(np.expm1(out), 1.0)
+        return self._clip(np.expm1(out), steps.t)
+
+    def _clip(self, pred: np.ndarray, t) -> np.ndarray:
+        """At least 1 token, and no more than the cap leaves after t generated tokens."""
+        upper = np.inf if self.max_length is None else np.maximum(self.max_length - t, 1)
+        return np.clip(pred, 1.0, upper)
 
     # --- what the harness records -------------------------------------------------------------
 
