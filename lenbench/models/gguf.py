@@ -147,7 +147,7 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
     # transformers is given a folder holding only the checkpoint and its absolute path: a file of
     # the same name in the working directory, or tokenizer files beside the GGUF, would
     # otherwise be read instead of the checkpoint's own
-    source = out_dir / "gguf-source"
+    source = (out_dir / "gguf-source").resolve()  # absolute: a relative cache_dir is common
     source.mkdir()
     gguf_path = source / parts.name
     if len(parts.paths) > 1:

@@ -83,7 +83,9 @@ def _converted_gguf(model_cfg: dict, cache_dir: str | Path) -> tuple[str, str]:
     if expected and expected != sha and not model_cfg.get("path"):
         raise ValueError(f"{parts.name}: sha256 {sha} differs from the preset's {expected}; the "
                          "installed package holds other weights than the preset was made for")
-    key = {"gguf_sha256": sha, "dtype": model_cfg.get("dtype", "float32"),
+    # the pipeline settles `auto` per device first; called directly, convert losslessly
+    dtype = resolve_dtype(model_cfg.get("dtype"), "cpu")
+    key = {"gguf_sha256": sha, "dtype": dtype,
            "chat_template": model_cfg.get("chat_template"),
            "stop_strings": list(model_cfg.get("stop_strings") or [])}
     stage = Stage(cache_dir, "model", key)
@@ -99,6 +101,7 @@ def load_target(path: str, dtype: str = "float32", device: str = "cpu",
                 revision: str | None = None) -> TargetModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dtype = resolve_dtype(dtype, device)
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r} is unknown; use one of {sorted(DTYPES)}")
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
