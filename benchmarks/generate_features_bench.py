@@ -6,6 +6,8 @@ real response token (plain `generate` pads each batch to its longest response).
 
     .venv/bin/python benchmarks/generate_features_bench.py            # default toy model
     .venv/bin/python benchmarks/generate_features_bench.py --tiny     # seconds-scale check
+    .venv/bin/python benchmarks/generate_features_bench.py --model /path/to/hf_folder \\
+        --prompts 32 --max-new-tokens 192                             # generate only, real model
 """
 
 from __future__ import annotations
@@ -15,25 +17,66 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 from omegaconf import OmegaConf
 
 from lenbench.data.promptset import build_promptset, toyworld_source
 from lenbench.features.extract import FeatureConfig, extract_features, role_layers
-from lenbench.generation.hf import GenRequest, HFGenerator, SamplingConfig
+from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
 from lenbench.generation.runner import eos_token_ids, render_prompt
 from lenbench.models.loading import load_target, resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Varied instructions for a real chat model: short factual answers to long-form writing, so the
+# response lengths spread the way they do in real label sets.
+INSTRUCTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn leaves.",
+    "Explain how a refrigerator works, step by step.",
+    "Give me three tips for a good night's sleep.",
+    "Translate 'good morning, how are you?' into Spanish.",
+    "Write a short story about a robot who learns to paint.",
+    "What is 17 times 23?",
+    "List five fruits that are rich in vitamin C.",
+    "Summarise the plot of Romeo and Juliet in two sentences.",
+    "Write a Python function that reverses a string.",
+    "Why is the sky blue?",
+    "Describe your ideal weekend in one paragraph.",
+    "What are the main differences between a cat and a dog as pets?",
+    "Write a polite email declining a meeting invitation.",
+    "Name the planets of the solar system in order.",
+    "How do I boil an egg?",
+    "Explain photosynthesis to a ten-year-old.",
+    "Give a one-word synonym for 'happy'.",
+    "Write a limerick about a programmer.",
+    "What causes the seasons on Earth?",
+    "Suggest a name for a coffee shop by the sea.",
+    "Write a detailed guide to planting tomatoes in a small garden.",
+    "Is a tomato a fruit or a vegetable? Answer briefly.",
+    "Compose a motivational speech for a football team at half time.",
+    "What year did the Second World War end?",
+    "Explain the difference between weather and climate.",
+    "Write a recipe for pancakes.",
+    "What does a CPU do in a computer?",
+    "Tell me a joke about mathematicians.",
+    "Describe the water cycle.",
+    "Write a product description for a reusable water bottle.",
+    "Reply with only 'yes' or 'no': is water wet?",
+]
+
 
 def plain_generate(model, tokenizer, prompts: list[list[int]], batch_size: int,
-                   sampling: SamplingConfig, eos: list[int]) -> tuple[float, float]:
-    """`model.generate` on left-padded static batches; returns (seconds, real-token fraction)."""
+                   sampling: SamplingConfig, eos: list[int]) -> tuple[float, int, GenStats]:
+    """`model.generate` on left-padded static batches; returns (seconds, response tokens, stats).
+
+    The stats count decode steps as GenStats does (the first token comes from the prefill): a
+    slot is real until its row's EOS, a cache column is real if it holds a prompt or response
+    token of a row that is still live.
+    """
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    real = slots = 0
+    outputs = []
     start = time.perf_counter()
     for i in range(0, len(prompts), batch_size):
         batch = prompts[i:i + batch_size]
@@ -44,13 +87,21 @@ def plain_generate(model, tokenizer, prompts: list[list[int]], batch_size: int,
                              temperature=sampling.temperature, top_p=sampling.top_p,
                              max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
                              pad_token_id=pad)
-        gen = out[:, width:]
-        steps = gen.shape[1]
-        for row in gen.tolist():
-            n = next((k + 1 for k, t in enumerate(row) if t in eos), len(row))
-            real += n
-        slots += steps * len(batch)
-    return time.perf_counter() - start, real / slots
+        outputs.append((batch, width, out[:, width:].tolist()))
+    seconds = time.perf_counter() - start
+    stats = GenStats()
+    n_tokens = 0
+    for batch, width, gen in outputs:
+        lengths = [next((k + 1 for k, t in enumerate(row) if t in eos), len(row)) for row in gen]
+        n_tokens += sum(lengths)
+        for t in range(1, len(gen[0])):  # decode step t feeds token t-1 and appends token t
+            live = [len(p) for p, L in zip(batch, lengths) if t < L]
+            stats.decode_steps += 1
+            stats.decoded_slots += len(batch)
+            stats.real_tokens += len(live)
+            stats.kv_columns += len(batch) * (width + t)
+            stats.kv_real += sum(n + t for n in live)
+    return seconds, n_tokens, stats
 
 
 def plain_features(model, labels: pd.DataFrame, layers: dict[str, int]) -> float:
@@ -71,21 +122,33 @@ def plain_features(model, labels: pd.DataFrame, layers: dict[str, int]) -> float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="use the toy_tiny model")
+    ap.add_argument("--model", help="a from_pretrained folder: generate only, on built-in "
+                                    "instructions rendered through its chat template")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache/lenbench"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model_cfg = OmegaConf.to_container(
-        OmegaConf.load(ROOT / "conf/model" / ("toy_tiny.yaml" if args.tiny else "toy.yaml")))
-    path, _ = resolve_model(model_cfg, args.cache_dir)
-    tm = load_target(path)
-    df, _ = build_promptset(toyworld_source(args.prompts, seed=123),
-                            {"train": 0.0, "val": 0.0, "test": 1.0}, limit=args.prompts)
-    prompts = [render_prompt(tm.tokenizer, t) for t in df["text"]]
+    if args.model:
+        path = args.model
+        tm = load_target(path)
+        texts = [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(args.prompts)]
+    else:
+        model_cfg = OmegaConf.to_container(
+            OmegaConf.load(ROOT / "conf/model" / ("toy_tiny.yaml" if args.tiny else "toy.yaml")))
+        path, _ = resolve_model(model_cfg, args.cache_dir)
+        tm = load_target(path)
+        df, _ = build_promptset(toyworld_source(args.prompts, seed=123),
+                                {"train": 0.0, "val": 0.0, "test": 1.0}, limit=args.prompts)
+        texts = list(df["text"])
+    prompts = [render_prompt(tm.tokenizer, t) for t in texts]
     eos = eos_token_ids(tm.model, tm.tokenizer)
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=256)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                              max_new_tokens=args.max_new_tokens)
 
     requests = [GenRequest(tuple(p), (0, i, 0)) for i, p in enumerate(prompts)]
     gen = HFGenerator(tm.model, eos, batch_size=args.batch_size)
@@ -93,12 +156,27 @@ def main() -> None:
     results, stats = gen.generate(requests, sampling)
     ours_gen = time.perf_counter() - start
     torch.manual_seed(0)
-    plain_gen, plain_frac = plain_generate(tm.model, tm.tokenizer, prompts, args.batch_size,
-                                           sampling, eos)
+    plain_gen, plain_tokens, plain_stats = plain_generate(
+        tm.model, tm.tokenizer, prompts, args.batch_size, sampling, eos)
 
     labels = pd.DataFrame({"prompt_token_ids": prompts,
                            "output_token_ids": [r.output_ids for r in results],
                            "L": [len(r.output_ids) for r in results]})
+    n_tokens = int(labels["L"].sum())
+    print(f"model: {path} ({tm.info['n_parameters'] / 1e6:.2f}M params), {len(prompts)} prompts,"
+          f" batch {args.batch_size}, {args.threads} threads, T={args.temperature},"
+          f" top_p={args.top_p}, max_new_tokens={args.max_new_tokens}")
+    print(f"{'stage':<10}{'lenbench s':>12}{'plain s':>10}{'speed-up':>10}  notes")
+    print(f"{'generate':<10}{ours_gen:>12.2f}{plain_gen:>10.2f}{plain_gen / ours_gen:>9.2f}x"
+          f"  tokens/s: lenbench {n_tokens / ours_gen:.1f} ({n_tokens} tokens, mean L"
+          f" {n_tokens / len(prompts):.1f}), plain {plain_tokens / plain_gen:.1f}"
+          f" ({plain_tokens} tokens, mean L {plain_tokens / len(prompts):.1f})")
+    print(f"{'':<42}  real-token fraction: lenbench {stats.real_token_fraction:.3f},"
+          f" plain {plain_stats.real_token_fraction:.3f}; KV fill: lenbench"
+          f" {stats.kv_fill:.3f}, plain {plain_stats.kv_fill:.3f}")
+    if args.model:
+        return
+
     layers = role_layers(tm.model.config.num_hidden_layers)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -106,15 +184,6 @@ def main() -> None:
                          progress=False)
         ours_feat = time.perf_counter() - start
     plain_feat = plain_features(tm.model, labels, layers)
-
-    n_tokens = int(labels["L"].sum())
-    print(f"model: {path} ({tm.info['n_parameters'] / 1e6:.2f}M params), {len(prompts)} prompts,"
-          f" batch {args.batch_size}, {args.threads} threads, {n_tokens} response tokens"
-          f" (mean L {np.mean(labels['L']):.1f})")
-    print(f"{'stage':<10}{'lenbench s':>12}{'plain s':>10}{'speed-up':>10}  notes")
-    print(f"{'generate':<10}{ours_gen:>12.2f}{plain_gen:>10.2f}{plain_gen / ours_gen:>9.2f}x"
-          f"  real-token fraction: lenbench {stats.real_token_fraction:.3f}, plain generate"
-          f" {plain_frac:.3f}; lenbench KV fill {stats.kv_fill:.3f}")
     print(f"{'features':<10}{ours_feat:>12.2f}{plain_feat:>10.2f}{plain_feat / ours_feat:>9.2f}x"
           f"  lenbench also writes 3 poolings x 4 roles + step states; plain: last token only")
 

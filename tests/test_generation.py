@@ -23,7 +23,15 @@ import pytest
 import torch
 from conftest import FIXTURES, tiny_llama, toy_prompt_table
 
-from lenbench.generation.hf import GenRequest, HFGenerator, SamplingConfig, sample_token
+from lenbench.generation.hf import (
+    GenRequest,
+    HFGenerator,
+    SamplingConfig,
+    _sample_candidates,
+    _sample_sorted,
+    sample_token,
+    sample_tokens,
+)
 from lenbench.generation.runner import LABEL_COLUMNS, generate_labels, render_prompt
 
 VOCAB = 64
@@ -86,6 +94,21 @@ def test_greedy_equals_hf_generate(model, prompts, eos_ids, batch_size):
     # continuous batching decodes only live rows: every decoded slot is a real token
     assert stats.real_tokens == sum(n - 1 for n in lengths)  # the first token comes from prefill
     assert stats.real_token_fraction == 1.0
+    assert 0 < stats.kv_fill <= 1
+
+
+def test_cache_shifts_change_nothing(model, prompts, eos_ids):
+    """No spare cache columns: the used columns are shifted left nearly every step."""
+    want = [_hf_greedy(model, p, list(eos_ids), MAX_NEW) for p in prompts]
+    reqs = [GenRequest(p, (0, i)) for i, p in enumerate(prompts)]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=MAX_NEW)
+    cramped = HFGenerator(model, eos_ids, batch_size=5, spare_columns=0)
+    got, stats = cramped.generate(reqs, greedy)
+    assert [r.output_ids for r in got] == want
+    assert stats.kv_fill <= 1
+    sampled = SamplingConfig(temperature=1.0, top_p=0.9, max_new_tokens=MAX_NEW)
+    assert [r.output_ids for r in cramped.generate(reqs, sampled)[0]] == \
+        [r.output_ids for r in HFGenerator(model, eos_ids, batch_size=5).generate(reqs, sampled)[0]]
 
 
 def test_finish_reason_and_length_conventions(model, prompts, eos_ids):
@@ -173,6 +196,30 @@ def test_sample_token_rules():
     assert [sample_token(logits, u, nucleus) for u in (0.1, 0.6, 0.7, 0.99)] == [2, 2, 0, 0]
     # top_p exactly at a prefix's mass keeps just that prefix
     assert {sample_token(logits, u, SamplingConfig(top_p=0.5)) for u in (0.0, 0.5, 0.99)} == {2}
+
+
+def test_candidate_sampling_equals_the_full_sort():
+    """Large vocabularies are sampled from their top candidates first: the tokens must be exactly
+    those of the full sort, for peaked and flat rows, ties, any top_p and u close to 0 or 1."""
+    g = torch.Generator().manual_seed(0)
+    accepted = []
+    for scale in (0.5, 3.0, 10.0):
+        for temperature in (1.0, 0.7):
+            for top_p in (1.0, 0.95, 0.5, 1e-9, 1.5):
+                logits = torch.randn(12, 3000, generator=g) * scale
+                logits[:4] = logits[:4].round()  # many ties
+                logits[4, :10] = logits[4].max()  # a tie at the top
+                u = torch.rand(12, generator=g, dtype=torch.float64)
+                u[:3] = torch.tensor([0.0, 0.5, 1 - 1e-12])
+                cfg = SamplingConfig(temperature, top_p)
+                probs = torch.softmax(logits.double() / temperature, dim=-1)
+                want = _sample_sorted(probs, u[:, None], top_p).tolist()
+                assert sample_tokens(logits, u.tolist(), cfg) == want
+                found, tokens = _sample_candidates(probs, u[:, None], top_p, 64)
+                assert tokens[found].tolist() == [w for w, f in zip(want, found) if f]
+                accepted += found.tolist()
+    # both the shortcut and the fallback were exercised
+    assert 0.3 < np.mean(accepted) < 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -303,3 +350,24 @@ def test_sigkill_then_resume_equals_uninterrupted(toy_tiny, toy_tiny_path, promp
     assert len(list(out.glob("shard-*.parquet"))) == n_shards
     assert not labels.duplicated(["prompt_id", "sample_idx"]).any()
     pd.testing.assert_frame_equal(labels, kept_run[0])
+
+
+def test_greedy_equals_hf_generate_with_sliding_window_layers():
+    """Gemma 3 mixes sliding-window and full layers: each kind must get its own mask."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                           head_dim=16, sliding_window=6, max_position_embeddings=256,
+                           layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                           pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    model = Gemma3ForCausalLM(cfg).eval()
+    prompts = [tuple(torch.randint(3, 128, (n,)).tolist()) for n in (3, 9, 14, 5, 20)]
+    results, _ = HFGenerator(model, [1], batch_size=3).generate(
+        [GenRequest(p, (0, i)) for i, p in enumerate(prompts)], SamplingConfig(0.0, 1.0, 12))
+    for p, r in zip(prompts, results):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
+                             eos_token_id=1, pad_token_id=0)[0, len(p):].tolist()
+        ref = ref[:ref.index(1) + 1] if 1 in ref else ref
+        assert r.output_ids == ref

@@ -2,11 +2,13 @@
 
 Plain `model.generate` pads every batch to its longest response, so on heavy-tailed lengths most
 decoded slots are padding. Here a batch of at most `batch_size` rows decodes one token per step;
-when a row emits EOS (or hits `max_new_tokens`) it leaves and a waiting request takes its place
-after a prefill of its own. The KV cache stays left-aligned per row: a new row's prompt is written
-at the right end of the cache and masked on the left, and columns that no live row uses are
-trimmed. Each request samples from its own seeded random stream, so a request's tokens do not
-depend on which other requests shared its batch.
+when a row emits EOS (or hits `max_new_tokens`) it leaves and a waiting request takes its slot
+after a prefill of its own. Keys and values live in a preallocated buffer with one row per slot
+and one column per position: every live row writes its next token in the same column, a
+newcomer's prompt is written right-aligned just before it, and the columns left of a row's start
+are masked, so rows come and go without copying the cache. Each request samples from its own
+seeded random stream, so a request's tokens do not depend on which other requests shared its
+batch.
 """
 
 from __future__ import annotations
@@ -71,25 +73,85 @@ def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig) -> i
     return sample_tokens(logits[None], [uniform], cfg)[0]
 
 
+# candidate-set sizes tried before sorting the whole vocabulary
+_CANDIDATES = (64, 2048)
+
+
 def sample_tokens(logits: torch.Tensor, uniforms: Sequence[float],
                   cfg: SamplingConfig) -> list[int]:
     """`sample_token` for every row of a batch at once; row i uses uniforms[i].
 
-    Each row's softmax, sort and cumulative sum are computed along its own last dimension, so
-    a row samples the same token whatever else is in the batch.
+    The token is defined by a stable descending sort of the float64 probabilities
+    (`_sample_sorted`). Sorting the whole vocabulary is the expensive part, so rows are first
+    tried on their most probable tokens only (`_sample_candidates`), which is accepted only where
+    it provably gives the same token; the remaining rows fall back to the full sort. Every step
+    works along each row on its own, so a row samples the same token whatever else is in the batch.
     """
     if cfg.temperature <= 0:
         return torch.argmax(logits, dim=-1).tolist()
-    probs = torch.softmax(logits.double() / cfg.temperature, dim=-1)
+    scaled = logits.double()
+    if cfg.temperature != 1:  # x / 1.0 == x: skip a pass over the vocabulary
+        scaled = scaled / cfg.temperature
+    probs = torch.softmax(scaled, dim=-1)
+    u = torch.tensor(uniforms, dtype=probs.dtype, device=probs.device)[:, None]
+    tokens = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
+    todo = torch.arange(probs.shape[0], device=probs.device)
+    # the shortcut relies on cumsum adding left to right, as the CPU kernel does
+    for k in _CANDIDATES if probs.device.type == "cpu" else ():
+        if k >= probs.shape[1] or not len(todo):
+            break
+        rows = probs if len(todo) == len(probs) else probs[todo]
+        found, picked = _sample_candidates(rows, u[todo], cfg.top_p, k)
+        tokens[todo[found]] = picked[found]
+        todo = todo[~found]
+    if len(todo):
+        tokens[todo] = _sample_sorted(probs[todo], u[todo], cfg.top_p)
+    return tokens.tolist()
+
+
+def _sample_sorted(probs: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The reference rule: inverse CDF over the stably sorted probabilities, cut at top_p."""
     sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     cum = torch.cumsum(sorted_p, dim=-1)
-    top_p = torch.full((cum.shape[0], 1), cfg.top_p, dtype=cum.dtype)
-    keep = (torch.searchsorted(cum, top_p) + 1).clamp(1, cum.shape[1])  # [B, 1]
+    keep = (torch.searchsorted(cum, torch.full_like(u, top_p)) + 1).clamp(1, cum.shape[1])
     total = torch.gather(cum, 1, keep - 1)
-    u = torch.tensor(uniforms, dtype=cum.dtype)[:, None] * total
     # rows are searched up to their own `keep`: beyond it cum only grows, so clamp suffices
-    idx = torch.minimum(torch.searchsorted(cum, u), keep - 1)
-    return torch.gather(order, 1, idx).squeeze(1).tolist()
+    idx = torch.minimum(torch.searchsorted(cum, u * total), keep - 1)
+    return torch.gather(order, 1, idx).squeeze(1)
+
+
+def _sample_candidates(probs: torch.Tensor, u: torch.Tensor, top_p: float,
+                       k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_sample_sorted` from the k most probable tokens: (found, token) per row.
+
+    The k largest values, ordered as the full stable sort orders them, are the full sort's first
+    k values, so their cumulative sums are bit for bit the full ones (cumsum adds left to right);
+    only tokens tied with the k-th value may differ, so a pick must land strictly above it. If
+    the nucleus ends beyond the candidates, its mass (`total`) is not known exactly, only bounds:
+    at least the candidates' mass and min(top_p, full sum), at most the full sum and top_p plus
+    the k-th value (sums allowing for their worst-case rounding error); the pick is accepted only
+    if both bounds give it.
+    """
+    vals, ids = torch.topk(probs, k, dim=-1)
+    ids, by_id = ids.sort(dim=-1)  # ties in token order, as the stable sort leaves them
+    vals, order = torch.sort(vals.gather(1, by_id), dim=-1, descending=True, stable=True)
+    ids = ids.gather(1, order)
+    cum = torch.cumsum(vals, dim=-1)
+    exact = (vals > vals[:, -1:]).sum(dim=1, keepdim=True)  # leading tokens known to match
+    top_p = torch.full_like(u, top_p)
+    cut = torch.searchsorted(cum, top_p)  # k: the nucleus ends beyond the candidates
+    inside = cut < k
+    total = cum.gather(1, cut.clamp(max=k - 1))
+    pick = torch.minimum(torch.searchsorted(cum, u * total), cut)
+    full = probs.sum(dim=1, keepdim=True)
+    rounding = 4 * probs.shape[1] * 2.0 ** -53
+    low = torch.maximum(cum[:, -1:], torch.minimum(top_p, full * (1 - rounding)))
+    high = torch.minimum(full * (1 + rounding), top_p + vals[:, -1:])
+    pick_low = torch.searchsorted(cum, u * low)
+    pick_high = torch.searchsorted(cum, u * high)
+    pick = torch.where(inside, pick, pick_high)
+    found = (pick < exact) & (inside | (pick_low == pick_high))
+    return found.squeeze(1), ids.gather(1, pick.clamp(max=k - 1)).squeeze(1)
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str:
@@ -98,17 +160,52 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _layer_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))  # transformers < 4.56
+class _SlotCache(DynamicCache):
+    """Preallocated keys and values: one row per batch slot, one column per position.
 
+    A decode step writes one column (`col`) of the first `n` slots and attends over columns
+    [`start`, `col`]; a prefill (`rows` set) writes its prompt, right-aligned to end before `col`,
+    into the given slots. Nothing is concatenated or rebuilt when rows come and go; only when
+    `col` reaches the right end are the used columns shifted left (`shift`).
+    """
 
-def _make_cache(tensors: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
-    cache = DynamicCache()
-    for i, (k, v) in enumerate(tensors):
-        cache.update(k, v, i)
-    return cache
+    def __init__(self, slots: int, width: int):
+        super().__init__()
+        self.slots, self.width = slots, width
+        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.col = self.start = 0
+        self.rows: torch.Tensor | None = None  # prefill: the slots that get this prompt
+
+    def update(self, keys, values, layer_idx, *args, **kwargs):
+        if layer_idx not in self.buffers:  # zeros: masked columns must not hold NaN
+            shape = (self.slots, keys.shape[1], self.width, keys.shape[3])
+            self.buffers[layer_idx] = (keys.new_zeros(shape), values.new_zeros(shape))
+        k_buf, v_buf = self.buffers[layer_idx]
+        if self.rows is not None:
+            cols = slice(self.col - keys.shape[2], self.col)
+            k_buf[:, :, cols].index_copy_(0, self.rows, keys.expand(len(self.rows), -1, -1, -1))
+            v_buf[:, :, cols].index_copy_(0, self.rows, values.expand(len(self.rows), -1, -1, -1))
+            return keys, values
+        n = keys.shape[0]
+        k_buf[:n, :, self.col:self.col + 1] = keys
+        v_buf[:n, :, self.col:self.col + 1] = values
+        return k_buf[:n, :, self.start:self.col + 1], v_buf[:n, :, self.start:self.col + 1]
+
+    def _all(self) -> list[torch.Tensor]:
+        return [buf for pair in self.buffers.values() for buf in pair]
+
+    def move(self, dst: list[int], src: list[int], lo: int) -> None:
+        """Copy slots src[i] to dst[i] (columns lo .. col-1)."""
+        for buf in self._all():
+            view = buf[:, :, lo:self.col]
+            view.index_copy_(0, torch.tensor(dst, device=buf.device),
+                             view.index_select(0, torch.tensor(src, device=buf.device)))
+
+    def shift(self, n: int, lo: int, by: int) -> None:
+        """Move columns lo .. col-1 of the first n slots `by` columns to the left."""
+        for buf in self._all():
+            buf[:n, :, lo - by:self.col - by] = buf[:n, :, lo:self.col].clone()
+        self.col -= by
 
 
 class _Row:
@@ -117,33 +214,62 @@ class _Row:
     def __init__(self, index: int, request: GenRequest):
         self.index = index
         self.rng = np.random.default_rng(list(request.seed))
-        self.n_prompt = len(request.prompt_ids)
+        self.prompt_ids = request.prompt_ids
         self.output: list[int] = []
+        self.start = 0  # cache column of its first prompt token
 
 
 class HFGenerator:
-    """Generates a list of requests with continuous (slot-refilling) batching."""
+    """Generates a list of requests with continuous (slot-refilling) batching.
 
-    def __init__(self, model: torch.nn.Module, eos_ids: Sequence[int], batch_size: int = 32):
+    `spare_columns` is how far the cache may run before its columns are shifted left.
+    """
+
+    def __init__(self, model: torch.nn.Module, eos_ids: Sequence[int], batch_size: int = 32,
+                 spare_columns: int = 64):
         self.model = model.eval()
         self.eos_ids = {int(e) for e in eos_ids}
         self.batch_size = batch_size
-        self.device = next(model.parameters()).device
+        self.spare_columns = spare_columns
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
         self._cache_arg = _cache_kwarg(model)
+        layer_types = getattr(model.config, "layer_types", None) or []
+        # sliding-window layers (Gemma 3) need their own mask: a 4-D mask is used as given
+        self.window = getattr(model.config, "sliding_window", None) \
+            if "sliding_attention" in layer_types else None
 
-    def _forward(self, ids, mask, positions, cache):
+    def _mask(self, allowed: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
+
+    def _forward(self, ids, allowed, positions, cache, distance):
+        """Logits of each row's last position; `allowed` [B, Q, K] says what each query sees,
+        `distance` [Q, K] how many columns each key lies before each query."""
+        mask = self._mask(allowed)
+        if self.window is not None:
+            mask = {"full_attention": mask,
+                    "sliding_attention": self._mask(allowed & (distance < self.window)[None])}
         kwargs = {self._cache_arg: cache}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          use_cache=True, logits_to_keep=1, **kwargs)
         return out.logits[:, -1, :].float()
 
-    def _prefill(self, prompt_ids: tuple[int, ...]):
-        cache = DynamicCache()
+    def _prefill(self, cache: _SlotCache, prompt_ids: tuple[int, ...], slots: list[int]):
+        """Run one prompt into the given slots, ending before `cache.col`; return its last logits.
+
+        One prompt per forward, unpadded: a prompt's prefill is then the same computation
+        whichever requests it shares a batch with (padding it into a batch shifts its positions
+        and changes rounding enough to flip sampled tokens now and then).
+        """
         ids = torch.tensor([prompt_ids], device=self.device)
-        mask = torch.ones_like(ids)
-        pos = torch.arange(len(prompt_ids), device=self.device)[None]
-        logits = self._forward(ids, mask, pos, cache)
-        return _layer_tensors(cache), logits[0]
+        cols = torch.arange(len(prompt_ids), device=self.device)
+        cache.rows = torch.tensor(slots, device=self.device)
+        try:
+            return self._forward(ids, (cols[None, :] <= cols[:, None])[None], cols[None], cache,
+                                 cols[:, None] - cols[None, :])[0]
+        finally:
+            cache.rows = None
 
     @torch.inference_mode()
     def generate(
@@ -155,116 +281,80 @@ class HFGenerator:
         """Generate every request; `on_done(i)` is called as request i finishes (for progress)."""
         results: list[GenResult | None] = [None] * len(requests)
         stats = GenStats()
+        if not requests:
+            return [], stats
+        longest = max(len(r.prompt_ids) for r in requests)
+        cache = _SlotCache(min(self.batch_size, len(requests)),
+                           longest + cfg.max_new_tokens + self.spare_columns)
+        cache.col = longest  # room for any prompt to the left of the write column
+        slots: list[_Row | None] = [None] * cache.slots  # live rows are packed to the front
         pending = list(range(len(requests)))[::-1]  # pop() from the end = FIFO
-        rows: list[_Row] = []
-        tensors: list[tuple[torch.Tensor, torch.Tensor]] = []
-        cache: DynamicCache | None = None  # rebuilt from `tensors` only after rows join or leave
-        mask = torch.zeros((0, 0), dtype=torch.long, device=self.device)
-        next_tokens: list[int] = []
-
-        def finish(row: _Row, reason: str) -> None:
-            results[row.index] = GenResult(row.output, reason)
-            if on_done is not None:
-                on_done(row.index)
 
         def take(row: _Row, token: int) -> bool:
             """Append a sampled token; return True when the row is finished."""
             row.output.append(token)
-            if token in self.eos_ids:
-                finish(row, "stop")
-                return True
-            if len(row.output) >= cfg.max_new_tokens:
-                finish(row, "length")
-                return True
-            return False
+            reason = "stop" if token in self.eos_ids else \
+                "length" if len(row.output) >= cfg.max_new_tokens else None
+            if reason is None:
+                return False
+            results[row.index] = GenResult(row.output, reason)
+            if on_done is not None:
+                on_done(row.index)
+            return True
 
-        while pending or rows:
-            # 1. refill free slots: prefill each newcomer and splice its cache into the batch
-            newcomers: list[tuple[_Row, list, int]] = []
-            prefilled: dict[tuple[int, ...], tuple[list, torch.Tensor]] = {}
-            while pending and len(rows) + len(newcomers) < self.batch_size:
-                i = pending.pop()
-                req = requests[i]
-                if req.prompt_ids not in prefilled:
-                    prefilled[req.prompt_ids] = self._prefill(req.prompt_ids)
-                row_tensors, logits = prefilled[req.prompt_ids]
-                row = _Row(i, req)
-                token = sample_token(logits, float(row.rng.random()), cfg)
-                if not take(row, token):
-                    newcomers.append((row, row_tensors, token))
-            if newcomers:
-                if cache is not None:
-                    tensors = _layer_tensors(cache)
-                tensors, mask = self._splice(tensors, mask, [(r.n_prompt, t) for r, t, _ in newcomers])
-                cache = None
-                rows.extend(r for r, _, _ in newcomers)
-                next_tokens.extend(tok for _, _, tok in newcomers)
-            if not rows:
+        while pending or any(slots):
+            # 1. refill free slots: prefill each distinct prompt once; its first token may end it
+            while pending and None in slots:
+                free = [j for j, row in enumerate(slots) if row is None]
+                newcomers = [_Row(i, requests[i])
+                             for i in [pending.pop() for _ in range(min(len(free), len(pending)))]]
+                groups: dict[tuple[int, ...], list[int]] = {}
+                for j, row in zip(free, newcomers):
+                    groups.setdefault(row.prompt_ids, []).append(j)
+                logits = {p: self._prefill(cache, p, js) for p, js in groups.items()}
+                for j, row in zip(free, newcomers):
+                    row.start = cache.col - len(row.prompt_ids)
+                    token = sample_token(logits[row.prompt_ids], float(row.rng.random()), cfg)
+                    if not take(row, token):
+                        slots[j] = row
+            # 2. keep the live rows in the first slots: rows at the end move into the holes
+            live = [j for j, row in enumerate(slots) if row is not None]
+            n = len(live)
+            if not n:
                 continue
-            # 2. one decode step for every live row
-            positions = mask.sum(dim=1, keepdim=True)
-            step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype,
-                                                    device=self.device)], dim=1)
-            if cache is None:
-                cache = _make_cache(tensors)
-            ids = torch.tensor(next_tokens, device=self.device)[:, None]
-            logits = self._forward(ids, step_mask, positions, cache)  # appends to `cache`
-            mask = step_mask
+            holes = [j for j in range(n) if slots[j] is None]
+            if holes:
+                movers = [j for j in live if j >= n]
+                cache.move(holes, movers, min(slots[j].start for j in movers))
+                for h, j in zip(holes, movers):
+                    slots[h], slots[j] = slots[j], None
+            rows: list[_Row] = slots[:n]  # type: ignore[assignment]
+            starts = torch.tensor([row.start for row in rows], device=self.device)
+            lo = int(starts.min())
+            if cache.col == cache.width:  # out of columns: shift left, keeping room for prompts
+                by = min(lo, cache.col - longest)
+                cache.shift(n, lo, by)
+                starts -= by
+                lo -= by
+                for row in rows:
+                    row.start -= by
+            # 3. one decode step for every live row, over the columns they use
+            cache.start = lo
+            cols = torch.arange(lo, cache.col + 1, device=self.device)
+            allowed = (cols[None, :] >= starts[:, None])[:, None]
+            ids = torch.tensor([row.output[-1] for row in rows], device=self.device)[:, None]
+            logits = self._forward(ids, allowed, (cache.col - starts)[:, None], cache,
+                                   (cache.col - cols)[None])
+            cache.col += 1
             stats.decode_steps += 1
-            stats.decoded_slots += len(rows)
-            stats.real_tokens += len(rows)
-            stats.kv_columns += mask.numel()
-            stats.kv_real += int(mask.sum())
-            # 3. sample, retire finished rows
-            keep: list[int] = []
-            next_tokens = []
+            stats.decoded_slots += n
+            stats.real_tokens += n
+            stats.kv_columns += n * len(cols)
+            stats.kv_real += int((cache.col - starts).sum())
+            # 4. sample, free the slots of finished rows
             uniforms = [float(row.rng.random()) for row in rows]
             for j, (row, token) in enumerate(zip(rows, sample_tokens(logits, uniforms, cfg))):
-                if not take(row, token):
-                    keep.append(j)
-                    next_tokens.append(token)
-            if len(keep) < len(rows):
-                rows = [rows[j] for j in keep]
-                tensors, mask = self._select(_layer_tensors(cache), mask, keep)
-                cache = None
+                if take(row, token):
+                    slots[j] = None
         assert all(r is not None for r in results)
         return results, stats  # type: ignore[return-value]
-
-    def _select(self, tensors, mask, keep: list[int]):
-        """Keep only the given rows, then drop cache columns no remaining row uses."""
-        if not keep:
-            return [], torch.zeros((0, 0), dtype=torch.long, device=self.device)
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        mask = mask.index_select(0, index)
-        tensors = [(k.index_select(0, index), v.index_select(0, index)) for k, v in tensors]
-        if mask.numel():
-            used = mask.any(dim=0)
-            first = int(torch.nonzero(used)[0]) if used.any() else mask.shape[1]
-            if first > 0:
-                mask = mask[:, first:]
-                tensors = [(k[:, :, first:], v[:, :, first:]) for k, v in tensors]
-        return tensors, mask
-
-    def _splice(self, tensors, mask, newcomers):
-        """Append newcomer rows (prompt length n, per-layer prefill tensors) right-aligned."""
-        width = max([mask.shape[1]] + [n for n, _ in newcomers])
-        if tensors and width > mask.shape[1]:  # left-pad the existing rows
-            pad = width - mask.shape[1]
-            mask = torch.nn.functional.pad(mask, (pad, 0))
-            tensors = [(torch.nn.functional.pad(k, (0, 0, pad, 0)),
-                        torch.nn.functional.pad(v, (0, 0, pad, 0))) for k, v in tensors]
-        new_masks, new_layers = [], []
-        for n, row_tensors in newcomers:
-            new_masks.append(torch.cat([torch.zeros(width - n, dtype=torch.long),
-                                        torch.ones(n, dtype=torch.long)]).to(self.device))
-            new_layers.append([(torch.nn.functional.pad(k, (0, 0, width - n, 0)),
-                                torch.nn.functional.pad(v, (0, 0, width - n, 0)))
-                               for k, v in row_tensors])
-        mask = torch.cat([mask] + [m[None] for m in new_masks]) if mask.numel() else \
-            torch.stack(new_masks)
-        merged = []
-        for layer in range(len(new_layers[0])):
-            ks = ([tensors[layer][0]] if tensors else []) + [nl[layer][0] for nl in new_layers]
-            vs = ([tensors[layer][1]] if tensors else []) + [nl[layer][1] for nl in new_layers]
-            merged.append((torch.cat(ks), torch.cat(vs)))
-        return merged, mask
