@@ -30,12 +30,14 @@ class ProgressLog:
         self.base = start  # work resumed from disk does not count towards the rate
         self.last_log = self.started
         self.last_tenth = self._tenth(start)
+        self.tokens = 0  # tokens processed since start, when the caller counts them
 
     def _tenth(self, done: int) -> int:
         return 10 * done // self.total if self.total else 10
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, tokens: int = 0) -> None:
         self.done += n
+        self.tokens += tokens
         now = time.perf_counter()
         tenth = self._tenth(self.done)
         # a tenth crossed (at most one line a second: samples often finish in bursts), the
@@ -53,6 +55,8 @@ class ProgressLog:
         pct = 100 * self.done / self.total if self.total else 100.0
         parts = [f"{self.name}: {self.done}/{self.total} {self.unit} ({pct:.0f}%)",
                  f"{rate:.2f} {self.unit}/s"]
+        if self.tokens and elapsed > 0:
+            parts.append(f"{self.tokens / elapsed:,.0f} tokens/s")
         parts.append(f"elapsed {_clock(elapsed)}")
         if self.done < self.total and left is not None:
             parts.append(f"~{_clock(left)} left")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lenbench.batching import length_batches, pad_right
 from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS, check_names
+from lenbench.progress import ProgressLog
 
 log = logging.getLogger(__name__)
 
@@ -111,35 +111,6 @@ def step_file(role: str, pooling: str) -> str:
     return f"steps_{role}.npy" if pooling == "last" else f"steps_{role}_{pooling}.npy"
 
 
-class ProgressLog:
-    """Progress lines that read well in a plain log file: every `every` of the rows or `seconds`."""
-
-    def __init__(self, total_rows: int, total_tokens: int, every: float = 0.1,
-                 seconds: float = 60.0):
-        self.total_rows, self.total_tokens = total_rows, total_tokens
-        self.step = max(1, int(total_rows * every))
-        self.seconds = seconds
-        self.t0 = self.last_t = time.perf_counter()
-        self.next_rows = self.step
-
-    def update(self, rows: int, tokens: int) -> None:
-        now = time.perf_counter()
-        if rows < self.total_rows and rows < self.next_rows and now - self.last_t < self.seconds:
-            return
-        self.last_t, self.next_rows = now, (rows // self.step + 1) * self.step
-        elapsed = now - self.t0
-        rate = tokens / elapsed if elapsed > 0 else 0.0
-        eta = (self.total_tokens - tokens) / rate if rate > 0 else 0.0
-        log.info("features: %d/%d rows (%.0f%%), %s tok/s, elapsed %s, ETA %s", rows,
-                 self.total_rows, 100 * rows / self.total_rows, f"{rate:,.0f}", _hms(elapsed),
-                 _hms(eta))
-
-
-def _hms(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
 @dataclass(frozen=True)
 class FeatureConfig:
     roles: tuple[str, ...] = ROLES
@@ -196,8 +167,7 @@ def extract_features(
     no_logits = torch.empty(0, dtype=torch.long, device=device)  # logits_to_keep: none
     log.info("features: %d rows, %d tokens in %d batches of <= %d tokens", n_rows,
              tok_offsets[-1], len(batches), cfg.batch_tokens)
-    plog = ProgressLog(n_rows, int(tok_offsets[-1]))
-    rows_done = tokens_done = 0
+    plog = ProgressLog(log, "features", n_rows, unit="rows", every_s=60.0)
 
     with Progress(TextColumn("[bold]features"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), disable=not progress) as bar, torch.inference_mode():
@@ -243,9 +213,7 @@ def extract_features(
                     arr[dest] = running_entropy_pool(hs[r], ent, at).cpu().numpy()
 
             bar.advance(task, len(batch))
-            rows_done += len(batch)
-            tokens_done += int((n_np + L_np).sum())
-            plog.update(rows_done, tokens_done)
+            plog.advance(len(batch), tokens=int((n_np + L_np).sum()))
     for arr in (*static.values(), *steps.values(), step_index, entropy_all):
         arr.flush()
     meta = {"roles": list(cfg.roles), "poolings": list(cfg.poolings),
