@@ -11,7 +11,6 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import run_lenbench
 
 pytestmark = pytest.mark.slow
