@@ -13,13 +13,13 @@ and tokens/s of both and their ratio are reported. Run:
     PYTHONPATH=. python benchmarks/features_throughput.py [--device cuda] [--json out.json]
     PYTHONPATH=. python benchmarks/features_throughput.py --tiny --device cpu
 
-With `--model PATH` (a `from_pretrained` folder, e.g. a converted SmolLM2) the real model is
-compared instead, each variant in a fresh subprocess so that its peak memory can be read on its
+With `--model PATH` (a `from_pretrained` folder, or a preset name such as
+smollm2-135m-instruct) the real model is compared instead, each variant in a fresh subprocess so that its peak memory can be read on its
 own: the peak resident set (VmHWM, reset after loading the model and a warm-up) minus the resident
 set before the timed run, or the peak CUDA memory allocated on a GPU. `--threads` and `--dtype`
 then take comma lists (e.g. `--threads 1,2 --dtype float32,bfloat16`), every combination is run:
 
-    PYTHONPATH=. python benchmarks/features_throughput.py --model /tmp/smollm2_hf --rows 32
+    PYTHONPATH=. python benchmarks/features_throughput.py --model smollm2-135m-instruct --rows 32
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions of each (best kept)")
     ap.add_argument("--threads", default=None,
                     help="torch CPU threads (cpu default 1); with --model a comma list, e.g. 1,2")
-    ap.add_argument("--model", help="a from_pretrained folder: compare on this model instead "
+    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: compare on this model instead "
                     "(--dtype and --threads then take comma lists)")
     ap.add_argument("--worker", choices=("plain", "extract"), help=argparse.SUPPRESS)
     ap.add_argument("--json")
@@ -261,6 +261,10 @@ def main() -> int:
     if args.worker:
         return model_worker(args)
     if args.model:
+        from lenbench.models.loading import model_folder
+
+        args.model = model_folder(args.model, Path(__file__).resolve().parent.parent
+                                  / ".cache/lenbench")
         return compare_model(args)
 
     device = torch.device(args.device)

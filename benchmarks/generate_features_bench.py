@@ -6,7 +6,7 @@ real response token (plain `generate` pads each batch to its longest response).
 
     .venv/bin/python benchmarks/generate_features_bench.py            # default toy model
     .venv/bin/python benchmarks/generate_features_bench.py --tiny     # seconds-scale check
-    .venv/bin/python benchmarks/generate_features_bench.py --model /path/to/hf_folder \\
+    .venv/bin/python benchmarks/generate_features_bench.py --model smollm2-135m-instruct \\
         --prompts 32 --max-new-tokens 192                             # generate only, real model
 """
 
@@ -25,7 +25,7 @@ from lenbench.data.promptset import build_promptset, toyworld_source
 from lenbench.features.extract import FeatureConfig, extract_features, role_layers
 from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
 from lenbench.generation.runner import eos_token_ids, render_prompt
-from lenbench.models.loading import load_target, resolve_model
+from lenbench.models.loading import load_target, model_folder, resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def plain_features(model, labels: pd.DataFrame, layers: dict[str, int]) -> float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="use the toy_tiny model")
-    ap.add_argument("--model", help="a from_pretrained folder: generate only, on built-in "
+    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: generate only, on built-in "
                                     "instructions rendered through its chat template")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--batch-size", type=int, default=32)
@@ -134,7 +134,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.model:
-        path = args.model
+        path = model_folder(args.model, args.cache_dir)
         tm = load_target(path)
         texts = [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(args.prompts)]
     else:

@@ -6,7 +6,7 @@ runs once into memory-mapped files and every epoch costs only the draft. Both mo
 draft from the same initialisation on the same sequences (token windows of this repository's
 README and source), so their losses should agree to storage precision. Run:
 
-    python benchmarks/outlets_cached_training.py --model /tmp/smollm2_hf \
+    python benchmarks/outlets_cached_training.py --model smollm2-135m-instruct \
         [--sequences 24 --tokens 300 --epochs 3 --batch-tokens 2048 --draft-vocab 2048]
 """
 
@@ -45,7 +45,8 @@ def sequences(tokenizer, count: int, tokens: int, seed: int = 0) -> list[Sequenc
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="/tmp/smollm2_hf")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="a from_pretrained folder or a model preset name")
     ap.add_argument("--sequences", type=int, default=24)
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--epochs", type=int, default=3)
@@ -58,6 +59,9 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lenbench.models.loading import model_folder
+
+    args.model = model_folder(args.model, Path(__file__).resolve().parent.parent / ".cache/lenbench")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     target = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     seqs = sequences(tokenizer, args.sequences, args.tokens)

@@ -97,6 +97,19 @@ def _converted_gguf(model_cfg: dict, cache_dir: str | Path) -> tuple[str, str]:
     return str(stage.path), stage.key
 
 
+def model_folder(name_or_path: str, cache_dir: str | Path) -> str:
+    """A model folder from a path, or from a preset name (`smollm2-135m-instruct`): presets
+    are resolved as `model=<name>` resolves them, converting a GGUF into the cache if needed."""
+    if Path(name_or_path).exists():
+        return str(name_or_path)
+    from omegaconf import OmegaConf
+
+    preset = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{name_or_path}.yaml"
+    if not preset.exists():
+        raise ValueError(f"{name_or_path!r} is neither a folder nor a preset in conf/model/")
+    return resolve_model(OmegaConf.to_container(OmegaConf.load(preset)), cache_dir)[0]
+
+
 def load_target(path: str, dtype: str = "float32", device: str = "cpu",
                 revision: str | None = None) -> TargetModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
