@@ -13,11 +13,12 @@ and tokens/s of both and their ratio are reported. Run:
     PYTHONPATH=. python benchmarks/features_throughput.py [--device cuda] [--json out.json]
     PYTHONPATH=. python benchmarks/features_throughput.py --tiny --device cpu
 
-With `--model PATH` (a `from_pretrained` folder, or a preset name such as
-smollm2-135m-instruct) the real model is compared instead, each variant in a fresh subprocess so
-that its peak memory can be read on its own: the peak resident set (VmHWM, reset after loading
-the model and a warm-up) minus the resident set before the timed run, or the peak CUDA memory allocated on a GPU. `--threads` and `--dtype`
-then take comma lists (e.g. `--threads 1,2 --dtype float32,bfloat16`), every combination is run:
+With `--model PATH` (a `from_pretrained` folder, or a preset name such as smollm2-135m-instruct)
+the real model is compared instead, each variant in a fresh subprocess so that its peak memory can
+be read on its own: the peak resident set (VmHWM, reset after loading the model and a warm-up)
+minus the resident set before the timed run, or the peak CUDA memory allocated on a GPU.
+`--threads` and `--dtype` then take comma lists (e.g. `--threads 1,2 --dtype float32,bfloat16`),
+every combination is run:
 
     PYTHONPATH=. python benchmarks/features_throughput.py --model smollm2-135m-instruct --rows 32
 """
