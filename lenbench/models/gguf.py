@@ -140,6 +140,7 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lenbench.generation.runner import eos_token_ids
     from lenbench.models.loading import DTYPES
 
     started = time.perf_counter()
@@ -170,10 +171,7 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     stops = stop_token_ids(tokenizer, list(stop_strings or []))
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    if tokenizer.eos_token_id is not None:
-        eos.append(tokenizer.eos_token_id)
+    eos = eos_token_ids(model, tokenizer)  # the ids every backend would stop at
     model.generation_config.eos_token_id = sorted(set(eos).union(*map(set, stops.values())))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
