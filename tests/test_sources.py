@@ -149,7 +149,8 @@ def test_sharegpt_folder_goes_through_datasets(tmp_path: Path) -> None:
     assert card["source"]["reader"] == "datasets"
     assert texts(df) == ["What is the capital of France?", "Write a poem about the sea",
                          "Explain recursion briefly"]
-    assert card["dropped"] == {"duplicate": 1, "missing_field": 1, "non_text": 1}
+    # datasets gives every row the union of the columns, so an absent field reads as null
+    assert card["dropped"] == {"duplicate": 1, "null_field": 1, "non_text": 1}
     assert card["examples"]["non_text"] == [
         "sg[train][2]: conversations[0].value is not text (int)"]
 
@@ -179,11 +180,15 @@ def test_alpaca(tmp_path: Path, reader: str) -> None:
     f = write_json_list(tmp_path / "alpaca.json", ALPACA_ROWS)
     df, card = build("alpaca", path=str(f), reader=reader, hf_cache_dir=str(tmp_path / "hf"))
     assert texts(df) == ALPACA_TEXTS
-    assert card["dropped"] == ALPACA_DROPPED
+    # datasets gives every row the union of the columns, so an absent field reads as null
+    absent = "missing_field" if reader == "auto" else "null_field"
+    expected = {k if k != "missing_field" else absent: v for k, v in ALPACA_DROPPED.items()}
+    assert card["dropped"] == expected
     assert card["n_read"] == 9
     where = "alpaca.json:6" if reader == "auto" else "alpaca.json[4]"
     assert card["examples"]["non_text"][0] == f"{where}: 'instruction' is not text (int)"
-    assert card["examples"]["missing_field"][0].endswith("missing field 'instruction'")
+    assert card["examples"][absent][0].endswith(
+        "missing field 'instruction'" if reader == "auto" else "field 'instruction' is null")
 
 
 # ---------------------------------------------------------------------------- LMSYS-Chat-1M
@@ -204,7 +209,7 @@ LMSYS_ROWS = [
               language="Spanish"),                                                 # language
     lmsys_row(3, [("user", "Say something hateful"), ("assistant", "No.")], flagged=True),
     lmsys_row(4, [("user", ""), ("assistant", "?")]),                              # empty
-    lmsys_row(5, [("user", None), ("assistant", "?")]),                            # missing
+    lmsys_row(5, [("user", None), ("assistant", "?")]),                            # null
     lmsys_row(6, [("user", "How do I sort a list in Python?"), ("assistant", "sorted")]),  # dup
     lmsys_row(7, [("user", "Tell me a joke"), ("assistant", "Knock knock."),
                   ("user", "Another one"), ("assistant", "Why did...")]),
@@ -223,12 +228,12 @@ def test_lmsys_filters(tmp_path: Path, lmsys_parquet: Path) -> None:
     df, card = build("lmsys", path=str(lmsys_parquet), language="English", drop_flagged=True,
                      hf_cache_dir=str(tmp_path / "hf"))
     assert texts(df) == ["How do I sort a list in Python?", "Tell me a joke"]
-    assert card["dropped"] == {"duplicate": 2, "empty": 1, "language": 1, "missing_field": 1,
+    assert card["dropped"] == {"duplicate": 2, "empty": 1, "language": 1, "null_field": 1,
                                "moderation": 1}
     assert_accounted(card)
     assert card["examples"]["language"] == [
         "lmsys.parquet[1]: language 'Spanish' not in ['English']"]
-    assert card["examples"]["missing_field"] == [
+    assert card["examples"]["null_field"] == [
         "lmsys.parquet[4]: conversation[0].content is null"]
     assert json.loads(df["meta"][0]) == {"conversation_id": "c1", "language": "English",
                                          "model": "vicuna-13b", "redacted": False, "turn": 0}
@@ -238,7 +243,7 @@ def test_lmsys_without_filters_and_all_turns(tmp_path: Path, lmsys_parquet: Path
     df, card = build("lmsys", path=str(lmsys_parquet), hf_cache_dir=str(tmp_path / "hf"))
     assert texts(df) == ["How do I sort a list in Python?", "¿Cómo ordeno una lista en Python?",
                          "Say something hateful", "Tell me a joke"]
-    assert card["dropped"] == {"duplicate": 2, "empty": 1, "missing_field": 1}
+    assert card["dropped"] == {"duplicate": 2, "empty": 1, "null_field": 1}
     df, card = build("lmsys", path=str(lmsys_parquet), language=["English"], drop_flagged=True,
                      turns="all", hf_cache_dir=str(tmp_path / "hf"))
     assert texts(df) == ["How do I sort a list in Python?", "Tell me a joke", "Another one"]
@@ -411,3 +416,80 @@ def test_hydra_dataset_override(tmp_path: Path, name: str) -> None:
     ds = OmegaConf.to_container(cfg.dataset, resolve=True)
     df, card = build_promptset(source_from_config(ds), ds["split"], limit=ds["limit"])
     assert len(df) == 2 and card["source"]["path"] == str(f)
+
+
+# ---------------------------------------------------------------------------- rows that once crashed
+
+
+def test_lone_surrogate_is_a_counted_bad_row(tmp_path: Path) -> None:
+    """A JSON escape of half a surrogate pair decodes to a str that UTF-8 cannot hold."""
+    f = write_lines(tmp_path / "p.jsonl", [{"prompt": "fine prompt", "length": 3},
+                                           '{"prompt": "broken \\ud800 text", "length": 4}',
+                                           '{"prompt": "low half \\udc41 too", "length": 4}',
+                                           {"prompt": "another fine prompt", "length": 5}])
+    df, card = build("jsonl", path=str(f))
+    assert texts(df) == ["fine prompt", "another fine prompt"]
+    assert card["dropped"] == {"non_utf8": 2}
+    assert card["examples"]["non_utf8"][0].startswith("p.jsonl:2: a lone surrogate")
+    with pytest.raises(SourceError, match=r"p\.jsonl:2: a lone surrogate"):
+        build_promptset(load_source("jsonl", path=str(f), strict=True), ALL_TRAIN)
+
+
+def test_an_unforeseen_row_shape_is_counted_not_fatal(tmp_path: Path) -> None:
+    """A converter bug on one row costs that row, named, never the whole build."""
+    def fragile(path: str, strict: bool = False):
+        from lenbench.data.sources.reading import SourceStream, convert, open_records
+
+        info: dict = {}
+        records = open_records("fragile", path=path, hub_id=None, data_files=None,
+                               hf_split="train", config_name=None, revision=None, reader="auto",
+                               streaming=False, hf_cache_dir=None, info=info)
+        return SourceStream(convert(records, lambda row: [RawPrompt(row["text"].strip())],
+                                    strict), info)
+
+    f = write_lines(tmp_path / "p.jsonl", [{"text": "one"}, {"text": 2}, {"text": "three"}])
+    df, card = build_promptset(fragile(str(f)), ALL_TRAIN)
+    assert texts(df) == ["one", "three"]
+    assert card["dropped"] == {"malformed": 1}
+    assert "p.jsonl:2: could not read this row (AttributeError" in card["examples"]["malformed"][0]
+    with pytest.raises(SourceError, match=r"p\.jsonl:2: could not read this row"):
+        build_promptset(fragile(str(f), strict=True), ALL_TRAIN)
+
+
+def test_null_and_missing_are_kept_apart(tmp_path: Path) -> None:
+    f = write_lines(tmp_path / "p.jsonl", [{"prompt": None, "length": 3}, {"length": 3},
+                                           {"prompt": "ok", "length": 2}])
+    _, card = build("jsonl", path=str(f))
+    assert card["dropped"] == {"missing_field": 1, "null_field": 1}
+    assert card["examples"]["null_field"] == ["p.jsonl:1: field 'prompt' (or 'messages') is null"]
+
+
+def test_strict_stops_on_a_conversation_without_a_user_turn(tmp_path: Path) -> None:
+    rows = [{"id": "a", "conversations": [{"from": "human", "value": "Hello there"},
+                                          {"from": "gpt", "value": "Hi"}]},
+            {"id": "b", "conversations": [{"from": "gpt", "value": "I speak first and alone"}]}]
+    f = write_json_list(tmp_path / "sg.json", rows)
+    _, card = build("sharegpt", path=str(f))
+    assert card["dropped"] == {"no_prompt": 1}
+    with pytest.raises(SourceError, match=r"sg\.json:3: 'conversations' has no user turn"):
+        build_promptset(load_source("sharegpt", path=str(f), strict=True), ALL_TRAIN)
+
+
+def test_every_dropped_row_is_listed_beside_the_card(tmp_path: Path) -> None:
+    """The card shows a few examples per reason; the list beside it has every row."""
+    from lenbench.data.promptset import DROPPED_FILE, load_promptset, save_promptset
+
+    lines = [{"prompt": "keep me", "length": 1}] + [{"prompt": 7, "length": 1}] * 12
+    f = write_lines(tmp_path / "p.jsonl", lines)
+    df, card = build("jsonl", path=str(f))
+    assert card["dropped"] == {"non_text": 12}
+    assert len(card["examples"]["non_text"]) == 5
+    out = tmp_path / "set"
+    out.mkdir()
+    save_promptset(out, df, card)
+    listed = [json.loads(x) for x in (out / DROPPED_FILE).read_text().splitlines()]
+    assert [r["where"] for r in listed] == [f"p.jsonl:{k}" for k in range(2, 14)]
+    assert {r["reason"] for r in listed} == {"non_text"}
+    assert listed[0]["excerpt"] == '{"prompt": 7, "length": 1}'
+    _, loaded = load_promptset(out)
+    assert loaded["dropped_rows_file"] == DROPPED_FILE and "dropped_rows" not in loaded

@@ -20,7 +20,9 @@ from pathlib import Path
 import pandas as pd
 
 SPLITS = ("train", "val", "test")
-N_EXAMPLES = 5  # bad-row examples kept per reason in the card: enough to find and fix the rows
+N_EXAMPLES = 5  # examples per reason shown in the card; every dropped row is in DROPPED_FILE
+DROPPED_FILE = "dropped_rows.jsonl"  # beside card.json: reason, position and excerpt of each drop
+EXCERPT_CHARS = 160
 log = logging.getLogger("lenbench")
 
 
@@ -46,6 +48,13 @@ class Rejected:
     where: str
     message: str
     bad: bool = True
+    excerpt: str = ""  # the start of the row as read, to find it by eye
+
+
+def shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of `text` on one line, for the list of dropped rows."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def normalize(text: str) -> str:
@@ -76,7 +85,11 @@ def build_promptset(
     max_words: int | None = None,
     limit: int | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Filter, deduplicate and split prompts; return the table and a card of counts."""
+    """Filter, deduplicate and split prompts; return the table and a card of counts.
+
+    `card["dropped_rows"]` lists every dropped row (reason, where, message); `save_promptset`
+    writes it to its own file, since a large source can drop thousands.
+    """
     total = sum(fractions.get(s, 0.0) for s in SPLITS)
     if abs(total - 1.0) > 1e-6 or any(fractions.get(s, 0) < 0 for s in SPLITS):
         raise ValueError(f"dataset.split: fractions {dict(fractions)} must be >= 0 and sum to 1 "
@@ -88,9 +101,12 @@ def build_promptset(
     n_in = 0
     bad: Counter[str] = Counter()  # broken input rows, for one warning at the end
     first_bad = ""
+    dropped_rows: list[dict] = []
 
-    def drop(reason: str, where: str, message: str) -> None:
+    def drop(reason: str, where: str, message: str, excerpt: str = "") -> None:
         dropped[reason] += 1
+        dropped_rows.append({"reason": reason, "where": where, "message": message,
+                             "excerpt": shorten(excerpt)})
         if where and len(examples.setdefault(reason, [])) < N_EXAMPLES:
             examples[reason].append(f"{where}: {message}")
 
@@ -99,7 +115,7 @@ def build_promptset(
     for item in items:
         n_in += 1
         if isinstance(item, Rejected):
-            drop(item.reason, item.where, item.message)
+            drop(item.reason, item.where, item.message, item.excerpt)
             if item.bad:
                 bad[item.reason] += 1
                 first_bad = first_bad or f"{item.where}: {item.message}"
@@ -107,17 +123,17 @@ def build_promptset(
         text = item.text if isinstance(item.text, str) else ""
         n_words = len(text.split())
         if n_words == 0:
-            drop("empty", item.where, "empty or whitespace-only prompt")
+            drop("empty", item.where, "empty or whitespace-only prompt", text)
             continue
         if n_words < min_words:
-            drop("too_short", item.where, f"{n_words} words < dataset.min_words={min_words}")
+            drop("too_short", item.where, f"{n_words} words < dataset.min_words={min_words}", text)
             continue
         if max_words is not None and n_words > max_words:
-            drop("too_long", item.where, f"{n_words} words > dataset.max_words={max_words}")
+            drop("too_long", item.where, f"{n_words} words > dataset.max_words={max_words}", text)
             continue
         pid = prompt_id(text)
         if pid in seen:
-            drop("duplicate", item.where, f"duplicate of {seen[pid] or 'an earlier prompt'}")
+            drop("duplicate", item.where, f"duplicate of {seen[pid] or 'an earlier prompt'}", text)
             continue
         seen[pid] = item.where
         rows.append({"prompt_id": pid, "text": text, "split": assign_split(pid, fractions, salt),
@@ -129,12 +145,14 @@ def build_promptset(
             "splits": {s: int((df["split"] == s).sum()) for s in SPLITS}}
     if examples:
         card["examples"] = dict(sorted(examples.items()))
+    card["dropped_rows"] = dropped_rows
     info = getattr(raw, "info", None)  # file sources describe what they read (path, reader)
     if info:
         card["source"] = dict(info)
     if bad:
-        log.warning("promptset: skipped bad rows %s (examples in the dataset card); first: %s",
-                    dict(bad), first_bad)
+        log.warning("promptset: skipped bad rows %s (every one listed in %s beside the dataset "
+                    "card); first: %s",
+                    dict(bad), DROPPED_FILE, first_bad)
     return df, card
 
 
@@ -217,7 +235,14 @@ def source_fingerprint(ds: Mapping) -> str | None:
 
 
 def save_promptset(folder: Path, df: pd.DataFrame, card: dict) -> None:
+    """The prompts, the card, and the full list of dropped rows beside it (named in the card)."""
     df.to_parquet(folder / "prompts.parquet", index=False)
+    card = dict(card)
+    rows = card.pop("dropped_rows", [])
+    with (folder / DROPPED_FILE).open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    card["dropped_rows_file"] = DROPPED_FILE
     (folder / "card.json").write_text(json.dumps(card, indent=2))
 
 

@@ -17,8 +17,10 @@ HUB_ID = "tatsu-lab/alpaca"
 
 def alpaca_prompt(row: dict) -> str:
     """instruction, or instruction + "\\n\\n" + input when the input is not blank."""
-    if row.get("instruction") is None:
+    if "instruction" not in row:
         raise BadRow("missing_field", "missing field 'instruction'")
+    if row["instruction"] is None:
+        raise BadRow("null_field", "field 'instruction' is null")
     instruction, extra = row["instruction"], row.get("input")
     if not isinstance(instruction, str):
         raise BadRow("non_text", f"'instruction' is not text ({type(instruction).__name__})")

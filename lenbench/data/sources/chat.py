@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lenbench.data.promptset import RawPrompt, Rejected
-from lenbench.data.sources.reading import BadRow
+from lenbench.data.sources.reading import MISSING, BadRow
 
 TURN_MODES = ("first", "all")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -22,8 +22,10 @@ def parse_turns(conv: Any, field: str, role_key: str, text_key: str) -> list[tup
 
     Content is not checked here: only the turns a prompt uses must be text.
     """
-    if conv is None:
+    if conv is MISSING:
         raise BadRow("missing_field", f"missing field {field!r}")
+    if conv is None:
+        raise BadRow("null_field", f"field {field!r} is null")
     if not isinstance(conv, list):
         raise BadRow("wrong_type", f"{field!r} must be a list of turns, not "
                                    f"{type(conv).__name__}")
@@ -43,7 +45,7 @@ def parse_turns(conv: Any, field: str, role_key: str, text_key: str) -> list[tup
 
 def _text(content: Any, where: str) -> str:
     if content is None:
-        raise BadRow("missing_field", f"{where} is null")
+        raise BadRow("null_field", f"{where} is null")
     if not isinstance(content, str):
         raise BadRow("non_text", f"{where} is not text ({type(content).__name__})")
     return content
@@ -68,7 +70,7 @@ def chat_prompts(conv: Any, *, field: str, role_key: str, text_key: str, turns: 
                          for j, (role, _) in enumerate(parsed) if role == "assistant"} - {-1})
     if not picked:
         what = "no user turn" if turns == "first" or not users else "no answered user turn"
-        return [Rejected("no_prompt", "", f"{field!r} has {what}", bad=False)]
+        return [Rejected("no_prompt", "", f"{field!r} has {what}")]
     out: list[RawPrompt | Rejected] = []
     for i in picked:
         text = _text(parsed[i][1], f"{field}[{i}].{text_key}")

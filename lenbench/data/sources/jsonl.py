@@ -42,6 +42,8 @@ def row_prompt(row: dict) -> tuple[str, list[dict]]:
     if row.get("prompt") is not None:
         return _text(row["prompt"], "'prompt'"), []
     if row.get("messages") is None:
+        if "prompt" in row or "messages" in row:
+            raise BadRow("null_field", "field 'prompt' (or 'messages') is null")
         raise BadRow("missing_field", "missing field 'prompt' (or 'messages')")
     turns = parse_turns(row["messages"], "messages", "role", "content")
     users = [i for i, (role, _) in enumerate(turns) if role == "user"]

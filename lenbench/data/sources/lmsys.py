@@ -13,7 +13,7 @@ from typing import Any
 
 from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.chat import chat_prompts
-from lenbench.data.sources.reading import BadRow, SourceStream, convert, open_records
+from lenbench.data.sources.reading import MISSING, BadRow, SourceStream, convert, open_records
 
 HUB_ID = "lmsys/lmsys-chat-1m"
 
@@ -59,7 +59,7 @@ def lmsys_source(path: str | None = None, hub_id: str | None = HUB_ID,
             return [Rejected("moderation", "", "flagged by openai_moderation", bad=False)]
         meta = {k: row[k] for k in ("conversation_id", "model", "language", "redacted")
                 if isinstance(row.get(k), str | bool)}
-        return chat_prompts(row.get("conversation"), field="conversation", role_key="role",
+        return chat_prompts(row.get("conversation", MISSING), field="conversation", role_key="role",
                             text_key="content", turns=turns, meta=meta)
 
     return SourceStream(convert(records, to_prompts, strict), info)

@@ -34,8 +34,12 @@ BUILDERS = {".json": "json", ".jsonl": "json", ".ndjson": "json", ".parquet": "p
             ".csv": "csv", ".arrow": "arrow"}
 READERS = ("auto", "datasets", "lines")
 # Reasons that mean broken input (rejected under strict); other drops are deliberate filters.
-BAD_REASONS = ("malformed", "non_utf8", "missing_field", "wrong_type", "non_text")
+BAD_REASONS = ("malformed", "non_utf8", "missing_field", "null_field", "wrong_type", "non_text",
+               "no_prompt")
 MAX_SPANS = 20  # unreadable stretches listed in the card; all of them are counted as 'malformed'
+
+
+MISSING = object()  # `row.get(key, MISSING)`: tells an absent field from a null one
 
 
 class SourceError(ValueError):
@@ -242,12 +246,19 @@ def package_file(module: str, install: str | None = None) -> tuple[Path, dict]:
 
 
 def check_text(value: Any) -> None:
-    """Reject text holding bytes that were not UTF-8 (they cannot be stored or tokenized)."""
+    """Reject text that cannot be written as UTF-8: bytes that were not UTF-8 (decoded as
+    surrogates) and lone surrogates from JSON escapes such as "\\ud800"."""
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end].encode("utf-8", "surrogateescape")
-        raise BadRow("non_utf8", f"bytes that are not UTF-8 ({bad!r})") from None
+        bad = exc.object[exc.start:exc.end]
+        try:
+            shown = repr(bad.encode("utf-8", "surrogateescape"))
+            what = "bytes that are not UTF-8"
+        except UnicodeEncodeError:  # a surrogate no byte decodes to: it came from an escape
+            shown = bad.encode("unicode_escape").decode("ascii")
+            what = "a lone surrogate, which is not a character"
+        raise BadRow("non_utf8", f"{what} ({shown})") from None
 
 
 # ---------------------------------------------------------------------------- datasets
@@ -380,6 +391,16 @@ def tracked(records: Callable[[], Iterator[Record]], info: dict) -> Callable[[],
     return items
 
 
+def _excerpt(row: Any) -> str:
+    """The row as JSON (ASCII, so any bytes survive), for the list of dropped rows."""
+    if row is None:
+        return ""
+    try:
+        return json.dumps(row, ensure_ascii=True, default=str)[:400]
+    except (TypeError, ValueError):
+        return repr(row)[:400]
+
+
 def convert(records: Callable[[], Iterator[Record]],
             to_prompts: Callable[[dict], Iterable[RawPrompt | Rejected]],
             strict: bool) -> Callable[[], Iterator[RawPrompt | Rejected]]:
@@ -389,11 +410,11 @@ def convert(records: Callable[[], Iterator[Record]],
     a bad row it may hide any number of rows, and a truncated file should not pass unnoticed.
     """
 
-    def reject(where: str, reason: str, message: str) -> Rejected:
+    def reject(where: str, reason: str, message: str, row: Any = None) -> Rejected:
         if strict:
             raise SourceError(f"{where}: {message} (dataset.strict=true rejects bad rows; fix "
                               "the row, or set dataset.strict=false to count and skip them)")
-        return Rejected(reason, where, message)
+        return Rejected(reason, where, message, excerpt=_excerpt(row))
 
     def items() -> Iterator[RawPrompt | Rejected]:
         for rec in records():
@@ -405,7 +426,7 @@ def convert(records: Callable[[], Iterator[Record]],
                 continue
             if not isinstance(rec.row, dict):
                 yield reject(rec.where, "wrong_type",
-                             f"expected a JSON object, got {type(rec.row).__name__}")
+                             f"expected a JSON object, got {type(rec.row).__name__}", rec.row)
                 continue
             try:
                 out = list(to_prompts(rec.row))
@@ -413,12 +434,17 @@ def convert(records: Callable[[], Iterator[Record]],
                     if isinstance(item, RawPrompt):
                         check_text([item.text, item.meta])
             except BadRow as exc:
-                yield reject(rec.where, exc.reason, exc.message)
+                yield reject(rec.where, exc.reason, exc.message, rec.row)
                 continue
-            except Exception as exc:  # a row shape no check foresaw: name it rather than crash
-                raise SourceError(f"{rec.where}: could not read this row ({type(exc).__name__}: "
-                                  f"{exc}); please report it with the row") from exc
+            except Exception as exc:  # a row shape no check foresaw: count it, never crash
+                yield reject(rec.where, "malformed", f"could not read this row "
+                                                     f"({type(exc).__name__}: {exc})", rec.row)
+                continue
             for item in out:
+                if isinstance(item, Rejected):
+                    if strict and item.bad:
+                        reject(rec.where + item.where, item.reason, item.message)
+                    item.excerpt = item.excerpt or _excerpt(rec.row)
                 item.where = rec.where + item.where  # converters may add a suffix: " (turn 3)"
                 yield item
 
