@@ -12,6 +12,7 @@ MAE by observed steps; a report's ``row_labels`` name its rows in the main table
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import re
 import statistics
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lenbench.results import config_hash, load_results, safe_name
+from lenbench.stages import atomic_write_bytes
 
 __all__ = ["build_leaderboard", "main"]
 
@@ -520,6 +522,13 @@ def _details_section(rows: list[_Row]) -> list[str]:
 # plots
 
 
+def _save_png(fig: Any, path: Path) -> None:
+    """Render to memory, then write atomically: a kill mid-plot never leaves a 0-byte PNG."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
     """Dynamic MAE by progress bin, one line per dynamic predictor; False when there is none."""
     from matplotlib.figure import Figure
@@ -553,7 +562,7 @@ def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    _save_png(fig, path)
     return True
 
 
@@ -600,7 +609,7 @@ def _scatter_plot(rows: list[_Row], path: Path, title: str) -> bool:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(title)
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    _save_png(fig, path)
     return True
 
 
@@ -753,9 +762,7 @@ def _build(results_dir: str | Path, out_dir: str | Path) -> tuple[Path, dict[str
         if stale not in written:
             stale.unlink()
     readme = out / "README.md"
-    tmp = out / ".README.md.tmp"
-    tmp.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
-    tmp.replace(readme)
+    atomic_write_bytes(readme, ("\n".join(lines).rstrip("\n") + "\n").encode("utf-8"))
     counts = {"ok": len(ok), "failed": len(failed), "invalid": len(problems)}
     return readme, counts, problems
 

@@ -40,10 +40,11 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from lenbench.stages import atomic_write_bytes
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -148,38 +149,12 @@ def json_safe(obj: Any) -> Any:
 def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
     """Write ``result`` so that readers see either the old file or the complete new one, never half.
 
-    The JSON goes to a hidden temp file in the same folder (same filesystem, so the rename is atomic),
-    is fsynced, then ``os.replace``-d over the target. A killed run leaves at most a ``.*.tmp`` file,
-    which ``load_results`` ignores.
+    A killed run leaves at most a hidden ``.*.tmp`` file (see `atomic_write_bytes`), which
+    ``load_results`` ignores.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_sanitise_floats(result), indent=1, sort_keys=True, allow_nan=False,
                       default=_json_default) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable; not possible on every platform
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return path
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-    return path
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------

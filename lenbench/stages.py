@@ -72,11 +72,34 @@ class Stage:
         os.replace(self.partial, self.path)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a file so that readers see either the old content or the new, never a torn one."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write a file so that readers see either the old content or the new, never a torn one.
+
+    The bytes go to a hidden `.NAME.PID.tmp` in the same folder (so the rename is atomic), are
+    fsynced and renamed over `path`; a killed writer leaves at most that hidden file. The file
+    gets ordinary permissions (0644 under the usual umask), so shared result folders stay
+    readable by the group.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable; not possible on every platform
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path

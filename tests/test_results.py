@@ -124,6 +124,42 @@ def test_failed_result_needs_error_not_metrics() -> None:
         validate_result(failed)
 
 
+def test_written_files_have_ordinary_permissions(tmp_path: Path) -> None:
+    """Shared result folders: a result is as readable as any file the user creates."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = write_result(tmp_path / "r.json", {"a": 1})
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_plot_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed while rendering a plot must not leave a 0-byte PNG behind."""
+    from matplotlib.figure import Figure
+
+    from lenbench import leaderboard
+
+    def boom(self: Figure, target: Any, *args: Any, **kwargs: Any) -> None:
+        """Start writing, then die, as a killed render does."""
+        if hasattr(target, "write"):
+            target.write(b"\x89PNG")
+        else:
+            Path(target).write_bytes(b"")
+        raise KeyboardInterrupt
+
+    fig = Figure()
+    fig.subplots().plot([1, 2], [3, 4])
+    monkeypatch.setattr(Figure, "savefig", boom)
+    with pytest.raises(KeyboardInterrupt):
+        leaderboard._save_png(fig, tmp_path / "plot.png")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_load_results_reports_bad_files_and_ignores_temp_files(tmp_path: Path) -> None:
     shutil.copytree(GOLDEN, tmp_path / "res")
     (tmp_path / "res" / "garbage.json").write_text("{not json")

@@ -6,9 +6,12 @@ saved result files. matplotlib is imported inside each function: the simulator n
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from lenbench.stages import atomic_write_bytes
 
 CLASS_TITLES = {"all": "all requests", "short": "short requests", "long": "long requests"}
 
@@ -23,12 +26,12 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Render to memory, then write atomically: a kill mid-plot never leaves a 0-byte PNG."""
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     _pyplot().close(fig)
-    return out
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def plot_latency_cdfs(result: Mapping[str, Any], path: str | Path,
