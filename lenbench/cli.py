@@ -21,7 +21,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 from rich.table import Table
 
+from lenbench.data.sources.reading import SourceError
+from lenbench.validate import ConfigError, check_config
+
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# Errors that mean "fix the command or the input": one line each and exit status 2, no traceback.
+USER_ERRORS = (ConfigError, SourceError)
 log = logging.getLogger("lenbench")
 
 
@@ -75,14 +80,29 @@ def instantiate_predictor(pred_cfg: dict):
     return obj
 
 
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain values; a required value left unset is a `ConfigError`, not a trace."""
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as exc:
+        raise ConfigError([(f"{exc.full_key}: required, but not set (add {exc.full_key}=... to "
+                           "the command)")]) from None
+    except OmegaConfBaseException as exc:
+        where = getattr(exc, "full_key", "") or "config"
+        raise ConfigError([f"{where}: {exc.msg if hasattr(exc, 'msg') else exc}"]) from None
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import configure_threads, prepare_world
 
+    container = resolved_config(cfg)
+    check_config(container)
     configure_threads(cfg.get("threads"))
     progress = bool(cfg.get("progress", True))
-    container = OmegaConf.to_container(cfg, resolve=True)
     if cfg.generation.get("worker") is not None:  # a shard worker only generates (pipeline.py)
         prepare_world(container, need_features=False, progress=progress, generate_only=True)
         return []
@@ -165,7 +185,17 @@ class LeaderboardCallback(Callback):
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except USER_ERRORS as exc:
+        if cfg.get("debug", False):
+            raise
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        for line in problems:
+            print(f"lenbench: {line}", file=sys.stderr)
+        print("lenbench: stopped before any model work (debug=true shows the traceback)",
+              file=sys.stderr)
+        sys.exit(2)
     if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.get("worker") is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
 

@@ -22,12 +22,14 @@ import torch
 
 from lenbench.data.labels_import import import_labels, known_lengths
 from lenbench.data.promptset import (
+    DROPPED_FILE,
     build_promptset,
     load_promptset,
     save_promptset,
     source_fingerprint,
     source_from_config,
 )
+from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
@@ -101,6 +103,10 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     cfg = {**cfg, "model": {**cfg["model"],
                             "dtype": resolve_dtype(cfg["model"].get("dtype"), device)}}
     model_cfg = dict(cfg["model"])
+    # the PromptSet first: it needs no model, and a file with no usable prompt should fail
+    # before minutes of model work
+    ds = dict(cfg["dataset"])
+    ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
     target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
 
     @functools.cache
@@ -110,23 +116,6 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
         # predictors that prompt the model themselves (PIA) render as the generate stage did
         tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
         return tm
-
-    # build
-    ds = dict(cfg["dataset"])
-    ds_key = {k: v for k, v in ds.items() if k != "name"}
-    if (fingerprint := source_fingerprint(ds)) is not None:
-        ds_key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
-    ds_stage = Stage(cache, "promptset", ds_key)
-    with ds_stage.lock():
-        if not ds_stage.done:
-            with ds_stage.building() as tmp:
-                df, card = build_promptset(
-                    source_from_config(ds), dict(ds["split"]),
-                    salt=str(ds.get("split_salt", "lenbench")), min_words=ds.get("min_words", 1),
-                    max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
-                save_promptset(tmp, df, card)
-    prompts, ds_card = load_promptset(ds_stage.path)
-    log.info("promptset %s: %s", ds_stage.key, ds_card["splits"])
 
     lengths = known_lengths(prompts)
     if lengths is not None:
@@ -179,6 +168,32 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 
 
 CENSORED_WARN_SHARE = 0.2
+
+
+def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
+    """Build (or reuse) the PromptSet; a source that yields no usable prompt is a `SourceError`
+    naming the drop reasons, raised before any model is built."""
+    ds_key = {k: v for k, v in ds.items() if k != "name"}
+    if (fingerprint := source_fingerprint(ds)) is not None:
+        ds_key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
+    ds_stage = Stage(cache, "promptset", ds_key)
+    with ds_stage.lock():
+        if not ds_stage.done:
+            with ds_stage.building() as tmp:
+                df, card = build_promptset(
+                    source_from_config(ds), dict(ds["split"]),
+                    salt=str(ds.get("split_salt", "lenbench")), min_words=ds.get("min_words", 1),
+                    max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
+                save_promptset(tmp, df, card)
+    prompts, card = load_promptset(ds_stage.path)
+    log.info("promptset %s: %s", ds_stage.key, card["splits"])
+    if len(prompts) == 0:
+        first = next((ex[0] for ex in (card.get("examples") or {}).values() if ex), "")
+        raise SourceError(f"dataset={ds.get('name')}: no usable prompt among {card['n_read']} "
+                          f"rows read; dropped by reason {card['dropped']}"
+                          + (f"; first: {first}" if first else "")
+                          + f" (every row in {ds_stage.path / DROPPED_FILE})")
+    return ds_stage, prompts, card
 
 
 def warn_censoring(card: dict) -> None:

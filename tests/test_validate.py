@@ -1,0 +1,113 @@
+"""A bad config or input file fails in seconds, one line per problem, exit status 2, no model work."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import REPO, run_lenbench
+from lenbench.validate import config_problems
+
+
+def problems(*overrides: str) -> list[str]:
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return config_problems(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_the_shipped_presets_are_valid() -> None:
+    assert problems() == []
+    assert problems("experiment=real_smollm2") == []
+    assert problems("dataset=sharegpt_wheel", "model=gemma3-270m") == []
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("dataset.limit=-5", "dataset.limit=-5: must be an integer >= 1"),
+    ("generation.n_samples=0", "generation.n_samples=0: must be an integer >= 1"),
+    ("generation.max_new_tokens=0", "generation.max_new_tokens=0: must be an integer >= 1"),
+    ("generation.max_new_tokens=1.5", "generation.max_new_tokens=1.5: must be an integer"),
+    ("generation.temperature=-1", "generation.temperature=-1: must be a number in [0, inf)"),
+    ("generation.top_p=0", "generation.top_p=0: must be a number in (0, 1]"),
+    ("eval.ci=95", "eval.ci=95: must be a number in (0, 1)"),
+    ("eval.n_boot=-1", "eval.n_boot=-1: must be an integer >= 0"),
+    ("threads=0", "threads=0: must be an integer >= 1"),
+    ("features.step_stride=0", "features.step_stride=0: must be an integer >= 1"),
+    ("generation.keep_censored=maybe", "generation.keep_censored='maybe': must be true or false"),
+    ("device=gpu", "device='gpu': use auto, cpu, cuda or cuda:N"),
+    ("generation.backend=tgi", "generation.backend='tgi': use one of"),
+    ("features.roles=[mid,top]", "features.roles: unknown ['top']"),
+    ("dataset.split={train:0.5,val:0.1,test:0.1}", "dataset.split="),
+    ("dataset.max_words=0", "dataset.max_words=0: must be an integer >= 1"),
+    ("generation.worker=3", "generation.worker=3: must be null or 0..0"),
+    ("sim.queue=random", "sim: "),
+])
+def test_each_bad_value_is_one_line_naming_its_field(override: str, field: str) -> None:
+    found = problems(override)
+    assert len(found) == 1, found
+    assert found[0].startswith(field), found
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems("dataset.limit=-5", "generation.n_samples=0", "generation.top_p=2")
+    assert [p.split("=")[0] for p in found] == ["dataset.limit", "generation.n_samples",
+                                                "generation.top_p"]
+
+
+def test_files_must_exist_be_non_empty_and_parse(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    not_json = tmp_path / "bad.jsonl"
+    not_json.write_text("prompt,length\nhello,3\n")
+    a_list = tmp_path / "list.jsonl"
+    a_list.write_text('[{"prompt": "x"}]\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "x", "length": 3}\n')
+    assert problems("dataset=jsonl", f"dataset.path={tmp_path / 'nope.jsonl'}") == [
+        f"dataset.path='{tmp_path / 'nope.jsonl'}': no such file or folder"]
+    assert problems("dataset=jsonl", f"dataset.path={empty}")[0].endswith("the file is empty")
+    assert "line 1 is not JSON" in problems("dataset=jsonl", f"dataset.path={not_json}")[0]
+    assert "line 1 is a JSON list" in problems("dataset=jsonl", f"dataset.path={a_list}")[0]
+    assert problems("dataset=jsonl", f"dataset.path={good}") == []
+    assert problems("model=local", "model.path=/no/such/model.gguf") == [
+        "model.path='/no/such/model.gguf': no such file or folder (a hub id looks like org/name)"]
+
+
+@pytest.mark.parametrize("overrides", [
+    ("dataset=jsonl", "dataset.path=/nonexistent/file.jsonl"),
+    ("dataset=jsonl",),
+    ("generation.n_samples=0",),
+])
+def test_the_cli_exits_2_in_seconds_without_a_traceback(tmp_path: Path, overrides) -> None:
+    start = time.perf_counter()
+    proc = run_lenbench(*overrides, f"paths.cache_dir={tmp_path / 'cache'}",
+                        f"paths.results_dir={tmp_path / 'res'}", timeout=120)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lenbench: ")]
+    assert len(lines) == 2 and "stopped before any model work" in lines[1], proc.stderr
+    assert not (tmp_path / "cache" / "model").exists() and not (tmp_path / "res").exists()
+    assert elapsed < 60
+
+
+def test_a_file_with_no_usable_row_stops_before_the_model(tmp_path: Path) -> None:
+    """Lengths given as strings: every row is a counted bad row, and the run stops at once."""
+    f = tmp_path / "str.jsonl"
+    f.write_text('{"prompt": "one", "length": "ten"}\n{"prompt": "two", "length": "five"}\n')
+    proc = run_lenbench("dataset=jsonl", f"dataset.path={f}", f"paths.cache_dir={tmp_path / 'c'}",
+                        f"paths.results_dir={tmp_path / 'res'}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "no usable prompt among 2 rows read; dropped by reason {'wrong_type': 2}" in proc.stderr
+    assert "str.jsonl:1: 'length' must be a non-negative integer" in proc.stderr
+    assert not (tmp_path / "c" / "model").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    proc = run_lenbench("generation.n_samples=0", "debug=true",
+                        f"paths.cache_dir={tmp_path / 'c'}", timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr or "ConfigError" in proc.stderr
