@@ -13,6 +13,7 @@ at a scheduler), measured at the end of fit on train prompts.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -21,9 +22,51 @@ import torch
 from torch import nn
 
 from lenbench import Needs, Predictor
+from lenbench.progress import ProgressLog
 from lenbench.training import count_parameters
 
 PREDICT_BATCH = 64  # prompts per forward in predict()
+log = logging.getLogger("lenbench")
+
+
+class _FitLog(ProgressLog):
+    """ProgressLog lines with the epoch and its running train loss appended."""
+
+    epoch, epochs, loss = 0, 0, float("nan")
+
+    def line(self, now: float | None = None) -> str:
+        return f"{super().line(now)}, epoch {self.epoch}/{self.epochs}, loss {self.loss:.4f}"
+
+
+def fine_tune(opt: torch.optim.Optimizer, n: int, batch_loss: Callable[[list[int]], torch.Tensor],
+              epochs: int, batch_size: int, seed: int, name: str, progress: bool) -> None:
+    """Shuffled minibatch epochs over `n` examples, shared by the text proxies.
+
+    A fine-tune on CPU runs for minutes, so with `progress` it logs plain lines (steps done/total,
+    rate, elapsed, time left, running loss) that read the same on a terminal and in a log file.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    steps, name = epochs * -(-n // batch_size), f"{name} fit"
+    plog = _FitLog(log, name, steps, unit="steps") if progress else None
+    if plog:
+        log.info("%s: %d prompts, %d epochs, %d steps", name, n, epochs, steps)
+        plog.epochs = epochs
+    for epoch in range(epochs):
+        order = torch.randperm(n, generator=gen).tolist()
+        total = 0.0
+        for start in range(0, n, batch_size):
+            idx = order[start:start + batch_size]
+            loss = batch_loss(idx)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if plog:
+                total += loss.item() * len(idx)
+                plog.epoch, plog.loss = epoch + 1, total / (start + len(idx))
+                plog.advance()
+        if plog:
+            log.info("%s: epoch %d/%d done, train loss %.4f", name, epoch + 1, epochs,
+                     total / max(n, 1))
 
 
 def batch1_latency_ms(forward: Callable[[list[str]], object], texts: list[str],
@@ -98,17 +141,12 @@ class BertRegressor(Predictor):
         opt = torch.optim.AdamW([{"params": self.encoder.parameters(), "lr": self.lr},
                                  {"params": self.head.parameters(), "lr": self.head_lr}],
                                 weight_decay=self.weight_decay)
-        gen = torch.Generator().manual_seed(self.seed)
         self.encoder.train()
         self.head.train()
-        for _ in range(self.epochs):
-            order = torch.randperm(len(texts), generator=gen).tolist()
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                loss = nn.functional.mse_loss(self._forward([texts[i] for i in idx]), y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        fine_tune(opt, len(texts),
+                  lambda idx: nn.functional.mse_loss(self._forward([texts[i] for i in idx]),
+                                                     y[idx]),
+                  self.epochs, self.batch_size, self.seed, "bert_regressor", self.progress)
         self.encoder.eval()
         self.head.eval()
         self.batch1_ms = batch1_latency_ms(self._forward, texts)

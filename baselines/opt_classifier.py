@@ -19,7 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from baselines.bert_regressor import PREDICT_BATCH, batch1_latency_ms, bundled_minilm_path
+from baselines.bert_regressor import (
+    PREDICT_BATCH,
+    batch1_latency_ms,
+    bundled_minilm_path,
+    fine_tune,
+)
 from lenbench import Needs, Predictor
 from lenbench.training import count_parameters
 
@@ -86,17 +91,11 @@ class OPTClassifier(Predictor):
                                 .astype(np.int64))
         params = [*self.encoder.parameters(), *self.head.parameters()]
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        gen = torch.Generator().manual_seed(self.seed)
         self.encoder.train()
-        for _ in range(self.epochs):
-            order = torch.randperm(len(texts), generator=gen).tolist()
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                loss = nn.functional.cross_entropy(self._logits([texts[i] for i in idx]),
-                                                   bins[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        fine_tune(opt, len(texts),
+                  lambda idx: nn.functional.cross_entropy(self._logits([texts[i] for i in idx]),
+                                                          bins[idx]),
+                  self.epochs, self.batch_size, self.seed, "opt_classifier", self.progress)
         self.encoder.eval()
         self.batch1_ms = batch1_latency_ms(self._logits, texts)
 

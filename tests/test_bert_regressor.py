@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from omegaconf import OmegaConf
 from test_egtp import run_predictor
 from test_tfidf_ridge import synthetic
 
 from baselines.bert_regressor import BertRegressor, bundled_minilm_path
+from baselines.opt_classifier import OPTClassifier
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
 
@@ -54,3 +57,22 @@ def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
     assert result["timings"]["n_parameters"] > 20_000_000
     assert result["report"]["batch1_latency_ms"] > 0  # the proxy's own cost, one prompt alone
     assert result["report"]["predict_batch_size"] == 64
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize("cls", [BertRegressor, OPTClassifier])
+def test_fit_logs_progress_only_when_asked(cls, progress: bool, caplog) -> None:
+    # the shared fine-tune loop: a 9-minute fit used to print nothing at all
+    caplog.set_level(logging.INFO, logger="lenbench")
+    model = cls(max_tokens=16, epochs=2, batch_size=4, max_length=2048, progress=progress)
+    model.fit(synthetic(10, 0))  # 3 steps an epoch, 6 in all
+    lines = [r.getMessage() for r in caplog.records if r.name == "lenbench"]
+    name = "bert_regressor" if cls is BertRegressor else "opt_classifier"
+    if not progress:
+        assert lines == []
+        return
+    assert lines[0] == f"{name} fit: 10 prompts, 2 epochs, 6 steps"
+    assert f"{name} fit: epoch 2/2 done, train loss " in lines[-1]
+    last_step = next(m for m in reversed(lines) if " steps (" in m)
+    assert last_step.startswith(f"{name} fit: 6/6 steps (100%)")
+    assert "elapsed " in last_step and ", epoch 2/2, loss " in last_step
