@@ -97,10 +97,18 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
-    from lenbench.pipeline import configure_threads, prepare_world
+    from lenbench.pipeline import configure_threads, label_import_cap, prepare_world
 
     container = resolved_config(cfg)
     check_config(container)
+    cap = label_import_cap(container)
+    if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
+        cfg = copy.deepcopy(cfg)
+        with open_dict(cfg):
+            cfg.generation.max_new_tokens = cap
+        container = resolved_config(cfg)
+        log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
+                 "takes the trace's cap)", cap)
     configure_threads(cfg.get("threads"))
     progress = bool(cfg.get("progress", True))
     if cfg.generation.get("worker") is not None:  # a shard worker only generates (pipeline.py)

@@ -61,7 +61,8 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
         "stage_keys": world.keys,
         "generation": {k: world.generation_card.get(k) for k in (
             "n_prompts", "n_prompts_too_long", "n_samples", "sampling", "backend", "n_rows",
-            "n_censored", "censored_rows", "real_token_fraction", "mean_L")},
+            "n_censored", "censored_rows", "real_token_fraction", "mean_L", "label_source",
+            "n_prompts_unlabelled", "length_cap", "length_cap_from", "prompt_token_ids")},
         "environment": environment_info(world.device),
         "git": git_info(REPO_ROOT),
         "created_at": utc_now(),
@@ -96,10 +97,13 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
     true, groups = test.lengths, test.group_ids
+    censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
     metrics: dict[str, Any] = {
-        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=seed, ci=ci),
+        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=seed, ci=ci,
+                                 censored=censored),
         "dynamic": None,
-        "variants": {v: static_metrics(true, p, groups, n_boot=n_boot, seed=seed, ci=ci)
+        "variants": {v: static_metrics(true, p, groups, n_boot=n_boot, seed=seed, ci=ci,
+                                       censored=censored)
                      for v, p in predictor.predict_variants(test_hidden).items()},
     }
     step_ms = None
@@ -114,7 +118,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
                                              n_boot=n_boot, seed=seed, ci=ci,
                                              n_bins=int(ev.get("progress_bins", 10)),
-                                             observed_steps=_observed_steps(ev))
+                                             observed_steps=_observed_steps(ev),
+                                             censored=censored)
         step_ms = 1000 * step_s / max(len(steps), 1)
         result["predictor"]["dynamic"] = True
     result["metrics"] = metrics

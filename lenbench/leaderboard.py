@@ -638,6 +638,14 @@ def _provenance_lines(ok: list[dict[str, Any]]) -> list[str]:
                    f"{sampling.get('max_new_tokens')}; {censored} of {generated} samples"
                    f"{share} hit the cap (censored, {gen.get('censored_rows', 'dropped')}); "
                    f"{gen.get('n_rows')} rows kept, mean L {gen.get('mean_L') or 0:.1f}.")
+    if gen.get("label_source") == "imported":
+        out.append(f"Labels: imported from the file, no model run: {gen.get('n_prompts')} "
+                   f"prompts, {gen.get('n_rows')} rows, {gen.get('n_censored') or 0} flagged "
+                   f"censored ({gen.get('censored_rows')}); "
+                   f"{gen.get('n_prompts_unlabelled') or 0} prompts without a length dropped; "
+                   f"predictions clipped to {gen.get('length_cap')} "
+                   f"({gen.get('length_cap_from')}); prompt tokens: "
+                   f"{gen.get('prompt_token_ids')}.")
     if source and source.get("source") == "gguf":
         packages = ", ".join(f"{k} {v}" for k, v in (source.get("packages") or {}).items())
         out.append(f"Model: {source.get('gguf_file')} (sha256 `{str(source.get('gguf_sha256'))[:12]}`"

@@ -32,6 +32,7 @@ from scipy import stats
 
 __all__ = [
     "bootstrap_ratio_ci",
+    "censored_error",
     "dynamic_metrics",
     "noise_floor_predictions",
     "observed_step_grid",
@@ -97,12 +98,18 @@ def static_metrics(
     n_boot: int = 1000,
     seed: int = 0,
     ci: float = 0.95,
+    censored: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Pointwise and rank metrics of total-length predictions, with a prompt-level bootstrap CI.
 
     Rows whose prediction is not finite (e.g. the noise floor for a prompt with a single sample) are
     excluded and counted in ``n_excluded`` rather than silently dropped. ``kendall_tau`` (tau-b, which
     corrects for the many ties of integer lengths) and ``spearman`` are None when undefined.
+
+    ``censored`` marks rows whose true length is only known to be at least ``true`` (the cap cut
+    them off): their error is the shortfall ``true - pred`` when the prediction falls short, and
+    0 when it reaches the censoring point (``censored_error``). Rank correlations use the
+    uncensored rows only; ``n_censored`` counts the censored ones scored.
     """
     true = np.asarray(true, dtype=np.float64).reshape(-1)
     pred = np.asarray(pred, dtype=np.float64).reshape(-1)
@@ -112,13 +119,17 @@ def static_metrics(
     gid = _group_ids(groups, true.size, "static_metrics")
     if not np.all(np.isfinite(true)):
         raise ValueError("static_metrics: true lengths contain NaN/inf; check the labels")
+    cens = np.zeros(true.size, bool) if censored is None else \
+        np.asarray(censored, dtype=bool).reshape(-1)
+    if cens.shape != true.shape:
+        raise ValueError(f"static_metrics: censored has {cens.size} flags for {true.size} rows")
     keep = np.isfinite(pred)
     n_excluded = int((~keep).sum())
-    true, pred, gid = true[keep], pred[keep], gid[keep]
+    true, pred, gid, cens = true[keep], pred[keep], gid[keep], cens[keep]
     if true.size == 0:
         raise ValueError("static_metrics: no rows with a finite prediction to score")
 
-    err = pred - true
+    err = censored_error(pred, true, cens)
     abs_err = np.abs(err)
     g_sum = np.bincount(gid, weights=abs_err)
     g_cnt = np.bincount(gid).astype(np.float64)
@@ -130,13 +141,26 @@ def static_metrics(
         "mae": float(abs_err.mean()),
         "mae_ci": bootstrap_ratio_ci(g_sum[present], g_cnt[present], n_boot, seed, ci),
         "rmse": float(np.sqrt(np.mean(err**2))),
-        "kendall_tau": _rank_corr(stats.kendalltau, true, pred),
-        "spearman": _rank_corr(stats.spearmanr, true, pred),
+        "n_censored": int(cens.sum()),
+        "kendall_tau": _rank_corr(stats.kendalltau, true[~cens], pred[~cens]),
+        "spearman": _rank_corr(stats.spearmanr, true[~cens], pred[~cens]),
         "within_25": float(np.mean(abs_err <= 0.25 * true)),
         "mean_signed_error": float(err.mean()),
         "mean_true": float(true.mean()),
         "mean_pred": float(pred.mean()),
     }
+
+
+def censored_error(pred: np.ndarray, true: np.ndarray, censored: np.ndarray) -> np.ndarray:
+    """Signed error ``pred - true``, except where ``true`` is a right-censored lower bound and the
+    prediction reaches it: then no error can be claimed, so 0.
+
+    >>> censored_error(np.array([5., 12., 8.]), np.array([10., 10., 10.]),
+    ...                np.array([False, True, True])).tolist()
+    [-5.0, 0.0, -2.0]
+    """
+    err = pred - true
+    return np.where(censored & (err > 0), 0.0, err)
 
 
 def dynamic_metrics(
@@ -150,6 +174,7 @@ def dynamic_metrics(
     ci: float = 0.95,
     n_bins: int = 10,
     observed_steps: tuple[int, ...] | None = None,
+    censored: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Remaining-length MAE by the OUTLETS protocol, its prompt-level CI, and MAE by progress bin
     and by observed steps.
@@ -163,7 +188,8 @@ def dynamic_metrics(
     the MAE of L - t at exactly t = ``observed_steps[i]`` over the requests still decoding at t
     (one step per request, so a plain mean), with ``n_by_observed_steps[i]`` such requests. The
     default steps are 0, 8, 16, 32, ... up to the largest scored t. A t that strided features
-    skip has no steps: its MAE is None and its count 0.
+    skip has no steps: its MAE is None and its count 0. For a ``censored`` row (per row, like
+    ``lengths``) L - t is a lower bound and is scored as ``censored_error`` is.
     """
     step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
     step_t = np.asarray(step_t).reshape(-1).astype(np.int64)
@@ -188,7 +214,13 @@ def dynamic_metrics(
         raise ValueError("dynamic_metrics: pred_remaining contains NaN/inf")
 
     remaining = total - step_t
-    abs_err = np.abs(remaining - pred_remaining)
+    row_cens = np.zeros(lengths.size, bool) if censored is None else \
+        np.asarray(censored, dtype=bool).reshape(-1)
+    if row_cens.shape != lengths.shape:
+        raise ValueError(f"dynamic_metrics: censored has {row_cens.size} flags for "
+                         f"{lengths.size} rows")
+    abs_err = np.abs(censored_error(pred_remaining, remaining.astype(np.float64),
+                                    row_cens[step_row]))
     n_rows = lengths.size
 
     # Per-request mean error, then per-prompt totals of those means for the bootstrap.

@@ -37,7 +37,8 @@ from lenbench.generation.runner import ShardsPending, generate_labels, pretraine
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.predictor import TargetModel
-from lenbench.stages import Stage
+from lenbench.stages import Stage, stable_hash
+from lenbench.validate import ConfigError
 
 log = logging.getLogger("lenbench")
 
@@ -107,22 +108,24 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     # before minutes of model work
     ds = dict(cfg["dataset"])
     ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
-    target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
-
-    @functools.cache
-    def target() -> TargetModel:
-        tm = load_target(target_path, model_cfg.get("dtype", "float32"), device,
-                         model_cfg.get("revision"))
-        # predictors that prompt the model themselves (PIA) render as the generate stage did
-        tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
-        return tm
-
-    lengths = known_lengths(prompts)
-    if lengths is not None:
-        gen_stage = _import_stage(cache, prompts, lengths, model_key, ds_stage.key, target_path,
-                                  need_features, ds["name"],
-                                  model_cfg.get("chat_template_kwargs") or {})
+    known = known_lengths(prompts)
+    if known is not None:  # label import: no target model is loaded, trained or converted
+        _check_import_needs(ds, need_features, needs or [])
+        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, cfg, progress)
+        target, target_path = None, None
+        model_name = ds.get("model_name") or UNNAMED_MODEL
     else:
+        target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
+        model_name = model_cfg["name"]
+
+        @functools.cache
+        def target() -> TargetModel:
+            tm = load_target(target_path, model_cfg.get("dtype", "float32"), device,
+                             model_cfg.get("revision"))
+            # predictors that prompt the model themselves (PIA) render as the generate stage did
+            tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
+            return tm
+
         gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target,
                                     target_path, progress)
     if generate_only:
@@ -150,15 +153,15 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 
     split_counts = labels["split"].value_counts().to_dict()
     test = labels[labels["split"] == "test"]
-    dataset_info = {"name": ds["name"], "key": gen_stage.key,
+    dataset_info = {"name": world_name(ds, imported=known is not None), "key": gen_stage.key,
                     "n_train": int(split_counts.get("train", 0)),
                     "n_val": int(split_counts.get("val", 0)),
                     "n_test": int(split_counts.get("test", 0)),
                     "n_test_prompts": int(test["prompt_id"].nunique()),
                     "mean_L": float(labels["L"].mean()), "card": ds_card,
                     "generation": gen_card}
-    model_info = {"name": model_cfg["name"], "key": model_key, "path": target_path,
-                  "source": model_source_summary(target_path)}
+    model_info = {"name": model_name, "key": model_key, "path": target_path,
+                  "source": model_source_summary(target_path) if target_path else None}
     world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
                   generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
                   device=device, target=target,
@@ -170,10 +173,14 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 CENSORED_WARN_SHARE = 0.2
 
 
+# dataset keys that do not change which prompts are read (label import settings, the name)
+NOT_PROMPTSET_KEYS = ("name", "model_name", "tokenizer", "max_length")
+
+
 def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
     """Build (or reuse) the PromptSet; a source that yields no usable prompt is a `SourceError`
     naming the drop reasons, raised before any model is built."""
-    ds_key = {k: v for k, v in ds.items() if k != "name"}
+    ds_key = {k: v for k, v in ds.items() if k not in NOT_PROMPTSET_KEYS}
     if (fingerprint := source_fingerprint(ds)) is not None:
         ds_key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
     ds_stage = Stage(cache, "promptset", ds_key)
@@ -200,6 +207,11 @@ def warn_censoring(card: dict) -> None:
     """Say loudly when the cap shaped the data: dropped censored samples are the long ones, so a
     large share biases every length statistic downwards, and prompts whose samples were all
     censored vanish from the test split without a trace."""
+    if card.get("label_source") == "imported":
+        log.info("imported %d rows of %d prompts; %d flagged censored (scored as lower bounds); "
+                 "length cap %s (%s)", card.get("n_rows", 0), card.get("n_prompts", 0),
+                 card.get("n_censored", 0), card.get("length_cap"), card.get("length_cap_from"))
+        return
     n_generated = int(card.get("n_prompts", 0) - card.get("n_prompts_too_long", 0)) * \
         int(card.get("n_samples") or 1)
     n_censored = int(card.get("n_censored") or 0)
@@ -225,28 +237,95 @@ def model_source_summary(target_path: str) -> dict | None:
                                      "architecture", "n_parameters", "chat_template_from")}
 
 
-def _import_stage(cache: Path, prompts: pd.DataFrame, lengths: dict, model_key: str,
-                  parent: str, target_path: str, need_features: bool, name: str,
-                  template_kwargs: dict) -> Stage:
-    """Label import: the source already knows each prompt's length, so nothing is generated."""
-    if need_features:
-        raise ValueError(f"dataset {name!r} imports known lengths without response tokens; only "
-                         "text-only predictors (Needs(text=True)) can run on it, e.g. "
-                         "predictor.suite=[constant,prompt_length,tfidf_ridge]")
-    key = {"model": model_key} | ({"chat_template_kwargs": template_kwargs} if template_kwargs
-                                  else {})  # in the key only when set: old caches stay valid
+UNNAMED_MODEL = "unnamed-model"  # an imported trace whose dataset.model_name is not set
+
+
+def world_name(ds: dict, imported: bool) -> str:
+    """An imported trace is named by its file (trace.jsonl -> trace), so two traces never share
+    a leaderboard section; a generated world keeps the dataset preset's name."""
+    if imported and ds.get("path"):
+        return Path(str(ds["path"])).expanduser().name.split(".")[0] or str(ds["name"])
+    return str(ds["name"])
+
+
+def _check_import_needs(ds: dict, need_features: bool, needs: list) -> None:
+    """Imported lengths come without responses or a model: refuse what needs either, at once."""
+    if need_features or any(getattr(n, "target_model", False) for n in needs):
+        raise ConfigError([(f"dataset={ds['name']}: the file gives lengths, not responses or a "
+                           "model, so only text-only predictors (Needs(text=True)) can run on "
+                           "it, e.g. predictor.suite=[constant,prompt_length,tfidf_ridge]")])
+
+
+def label_import_cap(cfg: dict) -> int | None:
+    """The length cap of an imported trace (None when labels are generated): the declared
+    `dataset.max_length`, else the largest label. Predictors clip to it, so it must never fall
+    below a label; an unrelated default such as generation.max_new_tokens would cut them."""
+    ds = dict(cfg["dataset"])
+    _, prompts, _ = _promptset_stage(Path(cfg["paths"]["cache_dir"]), ds)
+    known = known_lengths(prompts)
+    if known is None:
+        return None
+    declared = ds.get("max_length")
+    if declared is not None and int(declared) < known.largest:
+        raise ConfigError([(f"dataset.max_length={declared}: below the largest length in the "
+                           f"file ({known.largest}); raise it or leave it null (the largest "
+                           "label)")])
+    return int(declared) if declared is not None else known.largest
+
+
+def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool):
+    """(tokenizer or None, its identity for the stage key). `dataset.tokenizer=model` uses the
+    configured model's tokenizer (building or converting that model if needed)."""
+    name = ds.get("tokenizer")
+    if name is None:
+        return None, None
+    from transformers import AutoTokenizer
+
+    if name == "model":
+        path, key = resolve_model(dict(cfg["model"]), cache, progress=progress)
+        return AutoTokenizer.from_pretrained(path), {"model": key}
+    return AutoTokenizer.from_pretrained(str(name)), {"tokenizer": str(name)}
+
+
+def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: dict,
+                  progress: bool) -> tuple[Stage, str]:
+    """Label import: the source already knows each prompt's length, so nothing is generated.
+
+    Prompts the file gives no length for are counted, listed in the card and dropped, loudly.
+    Returns the stage and the model key of the world (the declared model name, the tokenizer).
+    """
+    ds = dict(cfg["dataset"])
+    template_kwargs = dict(cfg["model"].get("chat_template_kwargs") or {}) \
+        if ds.get("tokenizer") == "model" else {}
+    tokenizer_id = ds.get("tokenizer")
+    model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tokenizer_id})
+    key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tokenizer_id,
+           "max_length": ds.get("max_length"), "chat_template_kwargs": template_kwargs}
+    if known.unlabelled:
+        log.warning("%d of %d prompts in %s have no length and were dropped (the import card "
+                    "lists them)", len(known.unlabelled), len(prompts), ds.get("path"))
     stage = Stage(cache, "import", key, parent=parent)
     with stage.lock():
         if not stage.done:
             with stage.building() as tmp:
-                from transformers import AutoTokenizer
-
-                labels, card = import_labels(prompts, lengths,
-                                             tokenizer=AutoTokenizer.from_pretrained(target_path),
-                                             template_kwargs=template_kwargs)
+                tokenizer, tok_key = _import_tokenizer(ds, cfg, cache, progress)
+                labelled = prompts[~prompts["prompt_id"].isin(set(known.unlabelled))]
+                labels, card = import_labels(labelled, known.lengths, tokenizer=tokenizer,
+                                             template_kwargs=template_kwargs,
+                                             censored=known.censored)
+                texts = prompts.set_index("prompt_id").loc[known.unlabelled, "text"]
+                declared = ds.get("max_length")
+                card.update({
+                    "n_prompts_unlabelled": len(known.unlabelled),
+                    "unlabelled_prompts": "dropped: the file gives them no length",
+                    "unlabelled_examples": texts.str.slice(0, 60).tolist(),
+                    "model_name": ds.get("model_name"), "tokenizer_key": tok_key,
+                    "length_cap": int(declared) if declared is not None else known.largest,
+                    "length_cap_from": "dataset.max_length" if declared is not None
+                    else "the largest length in the file"})
                 labels.to_parquet(tmp / "labels.parquet", index=False)
                 (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
-    return stage
+    return stage, model_key
 
 
 def generation_stage_config(cfg: dict, model_key: str) -> dict:

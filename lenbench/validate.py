@@ -25,6 +25,7 @@ INTEGERS: dict[str, tuple[int | None, bool]] = {
     "dataset.min_words": (0, False),
     "dataset.max_words": (1, True),
     "dataset.seed": (None, False),
+    "dataset.max_length": (1, True),
     "generation.n_samples": (1, False),
     "generation.max_new_tokens": (1, False),
     "generation.batch_size": (1, False),
@@ -44,6 +45,7 @@ NUMBERS: dict[str, tuple[float, float, bool, bool]] = {
     "generation.top_p": (0.0, 1.0, False, True),
     "eval.ci": (0.0, 1.0, False, False),
 }
+TEXTS = ("dataset.model_name", "dataset.tokenizer")  # text or null
 BOOLEANS = ("progress", "generation.keep_censored", "dataset.strict", "eval.noise_floor",
             "eval.raise_on_error", "sim.enabled")
 DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
@@ -93,6 +95,10 @@ def _numeric_problems(cfg: Mapping[str, Any]) -> list[str]:
         if not ok:
             left, right = "[" if low_in else "(", "]" if high_in else ")"
             out.append(f"{field}={value!r}: must be a number in {left}{low:g}, {high:g}{right}")
+    for field in TEXTS:
+        value = _get(cfg, field)
+        if value not in (MISSING, None) and not (isinstance(value, str) and value.strip()):
+            out.append(f"{field}={value!r}: must be a non-empty name (or null)")
     for field in BOOLEANS:
         value = _get(cfg, field)
         if value is not MISSING and not isinstance(value, bool):

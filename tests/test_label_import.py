@@ -13,7 +13,7 @@ import pytest
 from baselines.constant import ConstantPredictor
 from baselines.prompt_length import PromptLengthPredictor
 from baselines.tfidf_ridge import TfidfRidgePredictor
-from lenbench.data.labels_import import import_labels, known_lengths
+from lenbench.data.labels_import import import_labels, known_lengths, word_pieces
 from lenbench.data.promptset import build_promptset, load_source
 from lenbench.generation.runner import LABEL_COLUMNS
 from lenbench.inputs import SplitView
@@ -76,19 +76,60 @@ def test_import_without_tokenizer_and_with_explicit_lengths(tmp_path: Path) -> N
     pid = prompts["prompt_id"].tolist()
     labels, card = import_labels(prompts, {pid[0]: 3, pid[1]: [8, 9]})
     assert labels["L"].tolist() == [3, 8, 9]
-    assert all(len(x) == 0 for x in labels["prompt_token_ids"])
-    assert card["prompt_token_ids"].startswith("empty") and card["tokenizer"] is None
+    # no tokenizer named: one piece per word or punctuation mark, so "alpha beta" counts 2
+    assert [len(x) for x in labels["prompt_token_ids"]] == [2, 2, 2]
+    assert card["prompt_token_ids"].startswith("no tokenizer named") and card["tokenizer"] is None
     with pytest.raises(ValueError, match="1 of 2 prompts have no known length"):
         import_labels(prompts, {pid[0]: 3})
     with pytest.raises(ValueError, match="non-negative integers"):
         import_labels(prompts, {pid[0]: 3, pid[1]: -2})
 
 
-def test_partly_known_lengths_are_refused(tmp_path: Path) -> None:
+def test_partly_known_lengths_list_the_unlabelled_prompts(tmp_path: Path) -> None:
     f = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "alpha beta", "length": 4},
                                            {"prompt": "gamma delta"}])
-    with pytest.raises(ValueError, match="1 of 2 prompts have no known length.*gamma delta"):
-        known_lengths(promptset(f))
+    prompts = promptset(f)
+    known = known_lengths(prompts)
+    by_text = dict(zip(prompts["text"], prompts["prompt_id"]))
+    assert known.lengths == {by_text["alpha beta"]: [4]}
+    assert known.unlabelled == [by_text["gamma delta"]] and known.largest == 4
+
+
+def test_word_pieces_count_words_and_punctuation() -> None:
+    assert len(word_pieces("Hello, world! How's it going?")) == 10  # How ' s: 3
+    assert word_pieces("same text") == word_pieces("same text") and word_pieces("") == []
+
+
+def test_censoring_flags_are_imported_per_sample(tmp_path: Path) -> None:
+    f = write_jsonl(tmp_path / "c.jsonl", [
+        {"prompt": "one", "length": 512, "finish_reason": "length"},
+        {"prompt": "two", "length": 40, "finish_reason": "stop"},
+        {"prompt": "three", "length": [7, 512], "censored": [False, True]},
+        {"prompt": "four", "length": [3, 5], "censored": True},
+        {"prompt": "five", "length": 9},
+    ])
+    labels, card = import_labels(promptset(f))
+    got = {(t, s): (L, c) for t, s, L, c in
+           labels[["text", "sample_idx", "L", "censored"]].itertuples(index=False)}
+    assert got == {("one", 0): (512, True), ("two", 0): (40, False), ("three", 0): (7, False),
+                   ("three", 1): (512, True), ("four", 0): (3, True), ("four", 1): (5, True),
+                   ("five", 0): (9, False)}
+    assert set(labels.loc[labels["censored"], "finish_reason"]) == {"length"}
+    assert card["n_censored"] == 4
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"prompt": "x", "length": [1, 2], "censored": [True]}, "is a list of 1 but the row has 2"),
+    ({"prompt": "x", "length": 3, "censored": "yes"}, "'censored' must be true or false"),
+    ({"prompt": "x", "length": 3, "finish_reason": 1}, "'finish_reason' must be text"),
+])
+def test_bad_censoring_flags_are_counted_bad_rows(tmp_path: Path, row: dict, reason: str) -> None:
+    f = write_jsonl(tmp_path / "b.jsonl", [row, {"prompt": "fine", "length": 2}])
+    df, card = build_promptset(load_source("jsonl", path=str(f)),
+                               {"train": 1.0, "val": 0.0, "test": 0.0})
+    assert df["text"].tolist() == ["fine"]
+    assert card["dropped"] == {"wrong_type": 1}
+    assert reason in json.dumps(card["examples"])
 
 
 TOPICS = {"haiku": 15, "tweet": 40, "summary": 90, "report": 250, "essay": 600}

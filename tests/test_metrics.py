@@ -165,3 +165,27 @@ def test_noise_floor_leave_one_out_median() -> None:
     m = static_metrics(lengths, out, groups, n_boot=0)
     assert m["n_excluded"] == 1
     assert m["mae"] == pytest.approx((15 + 2 + 0 + 2 + 15) / 5)
+
+
+def test_censored_rows_score_only_a_shortfall() -> None:
+    """Rows 1 and 2 are cut at 10: predicting 12 there is no error, predicting 7 is 3 short."""
+    true = np.array([10, 10, 10, 30])
+    pred = np.array([14, 12, 7, 30])
+    cens = np.array([False, True, True, False])
+    m = static_metrics(true, pred, groups=np.arange(4), n_boot=0, censored=cens)
+    assert m["mae"] == pytest.approx((4 + 0 + 3 + 0) / 4)
+    assert m["mean_signed_error"] == pytest.approx((4 + 0 - 3 + 0) / 4)
+    assert m["rmse"] == pytest.approx(np.sqrt((16 + 9) / 4))
+    assert m["n_censored"] == 2
+    plain = static_metrics(true, pred, groups=np.arange(4), n_boot=0)
+    assert plain["mae"] == pytest.approx((4 + 2 + 3 + 0) / 4) and plain["n_censored"] == 0
+
+
+def test_censored_rows_lower_bound_dynamic_targets() -> None:
+    """Row 1 (L=3, censored): at t=0 the target 3 is a lower bound, so predicting 5 costs 0 and
+    predicting 1 at t=1 costs 1; the uncensored row 0 is scored as usual."""
+    d = dynamic_metrics(step_row=np.array([0, 0, 1, 1]), step_t=np.array([0, 1, 0, 1]),
+                        lengths=np.array([2, 3]), pred_remaining=np.array([3, 1, 5, 1]),
+                        groups=np.array([0, 1]), n_boot=0, censored=np.array([False, True]))
+    # request 0: (|2-3| + |1-1|) / 2 = 0.5; request 1: (0 + |2-1|) / 2 = 0.5
+    assert d["mae"] == pytest.approx(0.5)

@@ -4,7 +4,9 @@
 A row may carry `length` or `output_tokens` (an integer, or a list of integers for several
 samples of the prompt); when every prompt has one, the pipeline imports those lengths as labels
 instead of generating ("label import", see `lenbench.data.labels_import`). Optional fields:
-`id` (kept in meta) and `family` (a grouping label for per-family metrics).
+`id` (kept in meta) and `family` (a grouping label for per-family metrics). A known length may
+be flagged as cut off by the trace's cap, `"censored": true` or `"finish_reason": "length"` (one
+flag, or a list matching the lengths): imported, such a row is scored as right-censored.
 """
 
 from __future__ import annotations
@@ -35,6 +37,36 @@ def parse_length(value: Any, field: str) -> int | list[int]:
             raise BadRow("wrong_type", f"{field!r} is an empty list")
         return [one(v) for v in value]
     return one(value)
+
+
+def parse_censoring(row: dict, length: int | list[int]) -> bool | list[bool] | None:
+    """The row's censoring flag(s): `censored` (true/false) or `finish_reason` ("length" means
+    the cap cut the answer off); a list must have one flag per length. None when neither is set."""
+    n = len(length) if isinstance(length, list) else None
+
+    def flags(value: Any, field: str, convert: Any) -> bool | list[bool]:
+        if isinstance(value, list):
+            if n is None or len(value) != n:
+                raise BadRow("wrong_type", f"{field!r} is a list of {len(value)} but the row "
+                                           f"has {n if n is not None else 'one'} length(s)")
+            return [convert(v) for v in value]
+        return convert(value) if n is None else [convert(value)] * n
+
+    def as_bool(v: Any) -> bool:
+        if not isinstance(v, bool):
+            raise BadRow("wrong_type", f"'censored' must be true or false, not {v!r}")
+        return v
+
+    def as_finish(v: Any) -> bool:
+        if not isinstance(v, str):
+            raise BadRow("wrong_type", f"'finish_reason' must be text, not {v!r}")
+        return v == "length"
+
+    if row.get("censored") is not None:
+        return flags(row["censored"], "censored", as_bool)
+    if row.get("finish_reason") is not None:
+        return flags(row["finish_reason"], "finish_reason", as_finish)
+    return None
 
 
 def row_prompt(row: dict) -> tuple[str, list[dict]]:
@@ -79,6 +111,9 @@ def jsonl_source(path: str | None = None, hub_id: str | None = None,
         for f in fields:
             if row.get(f) is not None:
                 meta["length"] = parse_length(row[f], f)
+                censored = parse_censoring(row, meta["length"])
+                if censored is not None:
+                    meta["censored"] = censored
                 break
         family = row.get("family")
         if family is not None and not isinstance(family, str):
