@@ -1,6 +1,6 @@
 """BERT regressor: an encoder over the prompt text with a small regression head (S3-like).
 
-The OUTLETS baseline (specs/predictors.md §3.5): the [CLS] state (or the masked mean over tokens)
+The OUTLETS baseline (arXiv 2609.01068): the [CLS] state (or the masked mean over tokens)
 goes through Linear-ReLU-Linear to a scalar. The loss is MSE on log1p(L) ([I], "the same design as
 OUTLETS"), and encoder and head are fine-tuned end to end. The paper preset loads
 google/bigbird-roberta-base (conf/predictor/paper/bert_regressor.yaml). The offline default is

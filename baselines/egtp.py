@@ -1,4 +1,4 @@
-"""EGTP: entropy-guided token pooling + soft-label head (ForeLen; specs/predictors.md §4.1-4.2).
+"""EGTP: entropy-guided token pooling + soft-label head (ForeLen, arXiv 2602.11812).
 
 The prompt's hidden states are pooled with weights softmax(per-token next-token entropy), so the
 tokens where the model is uncertain dominate. The features stage computes that pool

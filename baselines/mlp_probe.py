@@ -1,4 +1,4 @@
-"""MLP probe on a frozen target hidden state (OUTLETS App. B.4; specs/predictors.md §3.5).
+"""MLP probe on a frozen target hidden state (OUTLETS, arXiv 2609.01068, App. B.4).
 
 Static: a head on the state after prefill (last prompt position) regresses log1p(L).
 Dynamic: a second head on the state at each response step t regresses log1p(L - t).

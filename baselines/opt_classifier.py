@@ -1,6 +1,6 @@
 """OPT proxy classifier: a small decoder-only LM over the prompt text, fine-tuned end to end.
 
-This is the OUTLETS baseline modelled on Shuffle-Infer / LTR (specs/predictors.md §3.5). A linear
+This is the OUTLETS baseline modelled on Shuffle-Infer / LTR. A linear
 head reads the hidden state of the last valid (non-pad) prompt token. Lengths fall into 50 uniform
 bins over [0, max_length], the loss is cross-entropy, and the prediction is the centre of the
 argmax bin ([I]). The expectation of bin centres is scored as a variant.

@@ -1,4 +1,4 @@
-"""OUTLETS and its ablations as lenbench predictors (specs/predictors.md §1-3).
+"""OUTLETS and its ablations as lenbench predictors (arXiv 2609.01068).
 
 variant    | backbone trained with            | length head
 outlets    | L_SD + 0.1 L_len + 1e-5 ||head||² | joint, on the draft state at TTT step 0
@@ -96,6 +96,7 @@ class Outlets(Predictor):
         if variant not in VARIANTS:
             raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
         self.variant, self.progress = variant, progress
+        self.reads_next_token = variant != "no_decoder"  # the draft layer's input is y_{t+1}
         check_choices(attention, gate, head_input)  # before any work
         self.choices = {"attention": attention, "gate": gate, "head_input": head_input,
                         "decoder": variant != "no_decoder"}
@@ -174,7 +175,6 @@ class Outlets(Predictor):
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""
-        self._scored = split
         first = split.first_response_tokens
         if (first < 0).any():
             raise ValueError(f"{int((first < 0).sum())} rows have an empty response: OUTLETS's "
@@ -185,6 +185,9 @@ class Outlets(Predictor):
         return self._clip(np.expm1(np.concatenate(z).astype(np.float64)), 0)
 
     def predict_remaining(self, split) -> np.ndarray:
+        # report()'s speculative check decodes the scored prompts and teacher-forces their
+        # responses: it reads the dynamic view (predict() gets the static one, without responses)
+        self._scored = split
         steps = split.steps
         order = np.argsort(steps.row, kind="stable")
         rows, starts = np.unique(steps.row[order], return_index=True)

@@ -1,6 +1,6 @@
 """PIA: ask the target model itself how long its answer will be (Perception in Advance).
 
-The OUTLETS template (Fig. 5; specs/predictors.md §3.5 and §5) is appended to the user prompt
+The OUTLETS template (OUTLETS, arXiv 2609.01068, Fig. 5) is appended to the user prompt
 before the chat template. The model decodes a few tokens greedily, and the first line is parsed as
 Sequence-Scheduling's `extract_all_numbers` does: one number gives it, none gives 0, several give
 the mean of the first two ("100-150" -> 125). Nothing is fine-tuned, and fit() asks the model

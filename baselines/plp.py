@@ -1,4 +1,4 @@
-"""PLP: progressive length prediction (ForeLen, arXiv 2602.11812; specs/predictors.md §4.3).
+"""PLP: progressive length prediction (ForeLen, arXiv 2602.11812).
 
 At decode step t the remaining length L - t is predicted from z_t, the entropy-guided pool over the
 prompt and the t tokens generated so far ([I] the paper's "Aggregate"). The features stage

@@ -1,4 +1,4 @@
-"""The soft-label distribution head shared by EGTP and PLP (specs/predictors.md §4.2).
+"""The soft-label distribution head shared by EGTP and PLP (ForeLen, arXiv 2602.11812).
 
 Length is split into K uniform bins over [0, max_length]; a sample in bin i gets the soft label
 p_j ∝ exp(-|j - i|), so near misses cost less than far ones. The head predicts a softmax over

@@ -101,7 +101,8 @@ def main() -> None:
     print(f"LB+SJF vs RR+FCFS: short P99 {-short_cut:+.1%}, long P99 {long_change:+.1%}, "
           f"throughput {thr_change:+.1%}")
 
-    # Captured share of noisy oracles, on rows drawn from a lognormal pool (not timed above).
+    # Scores of noisy oracles against lb+fcfs, on rows drawn from a lognormal pool (not timed
+    # above).
     rng = np.random.default_rng(12345)
     pool = lognormal_lengths(20_000, rng)
     prompts = short_prompts(len(pool), rng)
@@ -113,10 +114,10 @@ def main() -> None:
     print(f"simulate_predictions ({len(res['rows'])} rows x {args.seeds} seeds): "
           f"{time.perf_counter() - started:.2f} s")
     for row in res["headline"]:
-        share = row["captured_share"]
+        share = row["score"]
         tau = row["kendall_tau"]
         print(f"  {row['row']:10s} {row['policy']:8s} short P99 {row['e2e_p99_short']:6.1f} s  "
-              f"captured share {'-' if share is None else f'{share:5.2f}':>5s}  "
+              f"score ({row['score_metric']}) {'-' if share is None else f'{share:5.2f}':>5s}  "
               f"tau {'-' if tau is None else f'{tau:5.2f}':>5s}")
     if args.json:
         args.json.write_text(json.dumps({"wall_s": wall, "runs": n_runs, "summary": summary,

@@ -15,8 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from lenbench.causality import audit_causality
+from lenbench.hygiene import clean_predictions
 from lenbench.inputs import SplitView
-from lenbench.metrics import dynamic_metrics, noise_floor_predictions, static_metrics
+from lenbench.metrics import (
+    dynamic_metrics,
+    noise_floor_bounds,
+    noise_floor_predictions,
+    request_errors,
+    static_metrics,
+)
 from lenbench.pipeline import World, seed_everything
 from lenbench.predictor import Predictor
 from lenbench.results import (
@@ -59,6 +67,7 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
         "report": {},
         "config": cfg,
         "stage_keys": world.keys,
+        "fingerprints": dict(world.fingerprints),
         "generation": {k: world.generation_card.get(k) for k in (
             "n_prompts", "n_prompts_too_long", "n_samples", "sampling", "backend", "n_rows",
             "n_censored", "censored_rows", "real_token_fraction", "mean_L", "label_source",
@@ -85,27 +94,32 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if len(train) == 0 or len(test) == 0:
         raise ValueError(f"the train ({len(train)}) or test ({len(test)}) split is empty; raise "
                          "dataset.n_prompts or dataset.limit, or change dataset.split")
-    test_hidden = test.hide_labels()
+    test_hidden = test.hide_labels()  # the dynamic view: predict_remaining walks the response
+    test_static = test.static_view(predictor.needs)  # predict(): the prompt side and y_1 only
     predictor.seed = seed
     seed_everything(seed)
     t0 = time.perf_counter()
     predictor.fit(train, val if len(val) else None)
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    pred = np.asarray(predictor.predict(test_hidden), dtype=np.float64).reshape(-1)
+    pred = np.asarray(predictor.predict(test_static), dtype=np.float64).reshape(-1)
     predict_s = time.perf_counter() - t0
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
+    cap = length_cap(cfg)
+    pred, clipped = clean_predictions(pred, name, "predict", cap)
     true, groups = test.lengths, test.group_ids
     censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
-    metrics: dict[str, Any] = {
-        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=seed, ci=ci,
-                                 censored=censored),
-        "dynamic": None,
-        "variants": {v: static_metrics(true, p, groups, n_boot=n_boot, seed=seed, ci=ci,
-                                       censored=censored)
-                     for v, p in predictor.predict_variants(test_hidden).items()},
-    }
+
+    def score(values: np.ndarray, counts: dict[str, int]) -> dict[str, Any]:
+        return {**static_metrics(true, values, groups, n_boot=n_boot, seed=seed, ci=ci,
+                                 censored=censored), **counts, "length_cap": cap}
+
+    raw_variants = predictor.predict_variants(test_static)
+    metrics: dict[str, Any] = {"static": score(pred, clipped), "dynamic": None, "variants": {}}
+    for variant, values in raw_variants.items():
+        metrics["variants"][variant] = score(*clean_predictions(
+            values, name, f"predict_variants()[{variant!r}]", cap))
     step_ms = None
     if predictor.dynamic:
         steps = test.steps
@@ -115,24 +129,48 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         if rem.shape[0] != len(steps):
             raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
                              f"{len(steps)} steps")
+        rem, rem_clipped = clean_predictions(rem, name, "predict_remaining",
+                                             None if cap is None else cap - steps.t)
         metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
                                              n_boot=n_boot, seed=seed, ci=ci,
                                              n_bins=int(ev.get("progress_bins", 10)),
                                              observed_steps=_observed_steps(ev),
                                              censored=censored)
+        metrics["dynamic"].update(rem_clipped)
+        dynamic_errors = request_errors(steps.row, steps.t, true, rem, censored)
+        try:  # the estimate at step t must not read the response after y_{t+1}
+            result["causality"] = audit_causality(predictor, test_hidden)
+        except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
+            result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+        if not result["causality"]["passed"]:
+            log.warning("%s: causality audit not passed (an estimate at step t must not change "
+                        "when the response after y_{t+1} does): %s", name, result["causality"])
         step_ms = 1000 * step_s / max(len(steps), 1)
         result["predictor"]["dynamic"] = True
+        result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
     result["metrics"] = metrics
     result["timings"] = {"fit_s": fit_s, "predict_s": predict_s,
                          "predict_ms_per_request": 1000 * predict_s / len(test),
                          "predict_ms_per_step": step_ms,
                          "n_parameters": predictor.num_parameters()}
     result["report"] = predictor_report(predictor, name)
-    result["predictions"] = {"true": true.tolist(), "pred": pred.tolist()}
+    result["predictions"] = {"true": true.tolist(), "pred": pred.tolist(),
+                             "prompt_id": [str(g) for g in groups],
+                             "censored": censored.tolist()}
+    if predictor.dynamic:  # per request, NaN (null) where a request has no scored step
+        result["predictions"]["dynamic_error"] = [None if np.isnan(e) else float(e)
+                                                  for e in dynamic_errors]
     sim = cfg.get("sim") or {}
     if sim.get("enabled", False):
         result["scheduling"] = schedule(true, pred, test.prompt_lengths, name, sim)
     return result
+
+
+def length_cap(cfg: dict) -> int | None:
+    """The largest length a label can have: the generation cap (for an imported trace, the cap
+    the CLI set from the data); None when the config has none."""
+    cap = (cfg.get("generation") or {}).get("max_new_tokens")
+    return int(cap) if cap is not None else None
 
 
 def _observed_steps(ev: dict) -> tuple[int, ...] | None:
@@ -157,7 +195,8 @@ def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
 
 def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,
              sim_cfg: dict) -> dict[str, Any]:
-    """Serve requests drawn from the test rows with these predictions (specs/scheduling.md)."""
+    """Serve requests drawn from the test rows with these predictions (docs/protocol.md,
+    "The scheduling score")."""
     from lenbench.sim import SimConfig, simulate_predictions
 
     row = name if name not in ("baseline", "oracle", "constant") else f"{name} (predictor)"
@@ -174,29 +213,45 @@ def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed:
     return result
 
 
-def noise_floor_result(world: World, cfg: dict, seed: int) -> dict[str, Any] | None:
-    """The irreducible-error reference: each sample predicted by its prompt's other samples."""
+NOISE_FLOOR_SEED = 0  # one reference per world: the same file whatever the predictors' seed
+
+
+def noise_floor_result(world: World, cfg: dict,
+                       seed: int | None = None) -> dict[str, Any] | None:
+    """The irreducible-error reference: bounds on the error of knowing each prompt's median.
+
+    `static` scores the pessimistic leave-one-out rule (each sample predicted by the median of its
+    prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`). It is
+    scored on prompts with at least two samples only, which `static.n` records. `seed` is
+    ignored: the reference does not depend on the predictors' seed, so a sweep writes it once.
+    """
     ev = cfg.get("eval", {})
     _, _, test = views(world)
     true, groups = test.lengths, test.group_ids
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None  # one sample per prompt: nothing to estimate from
-    result = _base_result(world, "noise_floor", "reference", cfg, seed,
-                          {"name": "noise_floor", "rule": "median of the prompt's other samples"})
+    n_boot, ci = int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95))
+    result = _base_result(world, "noise_floor", "reference", cfg, NOISE_FLOOR_SEED,
+                          {"name": "noise_floor", "rule": "median of the prompt's samples: "
+                           "in-sample (optimistic) to leave-one-out (pessimistic)"})
     result["metrics"] = {
-        "static": static_metrics(true, pred, groups, n_boot=int(ev.get("n_boot", 1000)),
-                                 seed=seed, ci=float(ev.get("ci", 0.95))),
+        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
+                                 ci=ci),
+        "noise_floor": noise_floor_bounds(true, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
+                                          ci=ci),
         "dynamic": None, "variants": {}}
     keep = np.isfinite(pred)
     result["timings"] = {"fit_s": 0.0, "predict_s": 0.0, "predict_ms_per_request": None,
                          "predict_ms_per_step": None, "n_parameters": None}
-    result["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist()}
+    result["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),
+                             "prompt_id": [str(g) for g in groups[keep]]}
     return result
 
 
 def save(result: dict[str, Any], results_dir: str | Path) -> Path:
     path = result_path(results_dir, result["dataset"]["name"], result["model"]["name"],
-                       result["predictor"]["name"], result["config_hash"])
+                       result["predictor"]["name"], result["config_hash"],
+                       (result.get("fingerprints") or {}).get("labels"))
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_result(path, result)

@@ -1,6 +1,6 @@
 """Results folder -> leaderboard: markdown tables per (dataset, model) and PNG plots beside them.
 
-The leaderboard is a pure function of the results folder (DESIGN.md §5): no clock, no absolute path
+The leaderboard is a pure function of the results folder: no clock, no absolute path
 and no machine state goes into README.md, and everything is sorted, so rebuilding from the same
 folder gives byte-identical markdown and a diff of the leaderboard is a diff of the results.
 Failed runs and unreadable files are listed, never dropped, so missing coverage stays visible.
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lenbench.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.results import config_hash, load_results, safe_name
 from lenbench.stages import atomic_write_bytes
 
@@ -37,9 +38,18 @@ LEGEND = (
     "seeds (the value alone for one seed). 95% CI: bootstrap interval over prompts, bounds "
     "averaged over seeds. Kendall τ-b, Spearman and Within ±25% (share of requests with "
     "|pred − true| ≤ 0.25·true) are means over seeds. Fit time, ms/request and parameter count "
-    f"come from the runs; {DASH} means not applicable. Rows in *italics* marked (ref) are "
-    "references, not predictors: *noise_floor* predicts each sample by the median length of the "
-    "other samples of its prompt, an estimate of the irreducible error that no predictor can beat."
+    f"come from the runs; {DASH} means not applicable. Δ vs REF: this predictor's MAE minus the "
+    "reference predictor's on the same test rows (errors averaged over seeds row by row), with a "
+    "paired bootstrap 95% interval over prompts; **bold** where the interval excludes 0 "
+    "(negative: better than the reference). Rows in *italics* marked (ref) are references, not "
+    "predictors: *noise_floor* bounds the irreducible error, the MAE of knowing each prompt's "
+    "median length, from an optimistic in-sample estimate (the median of all of the prompt's "
+    "samples, the row's own included) to a pessimistic leave-one-out one (the median of the "
+    "other samples); its interval joins the outer ends of their bootstrap intervals. It is "
+    "scored on the prompts with at least two samples. A prompt-only predictor cannot beat the "
+    "true floor in expectation; one that reads y_1 (after prefill) knows more than the prompt. "
+    "† at step t this predictor reads token y_{t+1} (an EAGLE-3 draft's input), one token more "
+    "than a probe on the target's state at n−1+t: its dynamic MAE uses more information."
 )
 
 
@@ -133,6 +143,8 @@ def _build_rows(ok: list[dict[str, Any]]) -> tuple[list[_Row], int]:
         newest: dict[int, dict[str, Any]] = {}
         for r in sorted(row.results, key=lambda r: (r["created_at"], r["_source"])):
             newest[r["seed"]] = r
+        if row.kind == "reference":  # one reference per world, whatever seeds wrote it
+            newest = {0: max(row.results, key=lambda r: (r["created_at"], r["_source"]))}
         if row.variant is None:
             superseded += len(row.results) - len(newest)
         row.results = [newest[s] for s in sorted(newest)]
@@ -207,11 +219,20 @@ def _row_cells(row: _Row) -> list[str]:
         ci = f"[{statistics.fmean(c[0] for c in cis):.1f}, {statistics.fmean(c[1] for c in cis):.1f}]"
     within = _mean(row.values("static", "within_25"))
     name = _cell(row.label)
+    mae = _mean_std(row.values("static", "mae"))
+    bounds = ((row.results[0].get("metrics") or {}).get("noise_floor")
+              if row.kind == "reference" and row.results else None)
     if row.kind == "reference":
         name = f"*{name}* (ref)"
+    if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
+        name += " †"
+    if isinstance(bounds, dict) and _is_num(bounds.get("in_sample")):
+        mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
+        interval = bounds.get("interval")
+        ci = DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]"
     return [
         name,
-        _mean_std(row.values("static", "mae")),
+        mae,
         ci,
         _num(_mean(row.values("static", "kendall_tau")), 3),
         _num(_mean(row.values("static", "spearman")), 3),
@@ -242,69 +263,234 @@ def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-_SCHED_HEADER = ["Predictor", "Policy", "Short P99 (s)", "Long P99 (s)", "Mean E2E (s)",
-                 "Throughput (tok/s)", "HOL inversion", "Captured share", "Kendall τ", "Runs"]
+_SCHED_REFS = ("baseline", "oracle", "constant")
+_SCHED_CHANGES = (("e2e_mean_short", "Short mean"), ("e2e_p90_short", "Short P90"),
+                  ("e2e_p99_short", "Short P99"), ("e2e_mean_long", "Long mean"),
+                  ("e2e_p99_long", "Long P99"))
+_SCHED_HEADER = ["Predictor", "Score [95% CI]", *(label for _, label in _SCHED_CHANGES),
+                 "Kendall τ", "Runs"]
+_SCORE_METRIC_TEXT = {
+    "e2e_mean_short": "the mean end-to-end latency of short requests",
+    "e2e_p90_short": "the P90 end-to-end latency of short requests",
+    "e2e_p99_short": "the P99 end-to-end latency of short requests",
+    "e2e_mean_all": "the mean end-to-end latency of all requests",
+}
+# One predictor seed's scheduling record as the table reads it: the row's headline entry,
+# that record's reference entries by row name, and its simulator seeds.
+_SchedRun = tuple[dict[str, Any], dict[str, dict[str, Any]], list[Any]]
 
 
-def _sched_cells(name: str, entries: list[dict[str, Any]]) -> list[str]:
-    def mean(key: str) -> float | None:
-        vals = [e[key] for e in entries if _is_num(e.get(key)) and math.isfinite(e[key])]
-        return statistics.fmean(vals) if vals else None
+def _sched_refs(sched: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The reference entries (baseline, oracle, constant) of one scheduling record by row."""
+    return {h["row"]: h for h in sched.get("headline") or [] if h.get("row") in _SCHED_REFS}
 
-    def num(key: str, digits: int) -> str:
-        value = mean(key)
-        return DASH if value is None else f"{value:,.{digits}f}"
 
-    share = mean("captured_share")
-    return [name, _cell(entries[0].get("policy", "")), num("e2e_p99_short", 2),
-            num("e2e_p99_long", 2), num("e2e_mean_all", 2), num("throughput_tok_s", 0),
-            num("hol_inversion_rate", 3), DASH if share is None else f"{100 * share:.0f}%",
-            num("kendall_tau", 3), str(len(entries))]
+def _sched_scored(sched: dict[str, Any]) -> bool:
+    """Whether a record carries the same-dispatcher score with per-seed figures (records of
+    older simulators compared lb+sjf against rr+fcfs and cannot be pooled)."""
+    heads = sched.get("headline") or []
+    return (bool(sched.get("score_metric")) and bool(heads)
+            and all(isinstance(h.get("per_seed"), dict) for h in heads)
+            and {"baseline", "oracle"} <= {h.get("row") for h in heads})
+
+
+def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any] | None]:
+    """Score and changes against the baseline pooled over predictor seeds.
+
+    Per-seed figures form predictor seeds x simulator seeds matrices; the score is the mean
+    gain over the baseline divided by the oracle's mean gain (`sim.evaluate.score_interval`)
+    and a change is mean(row) / mean(baseline) - 1, each with its 95% t-interval on the
+    linearised ratio (`sim.metrics.ratio_interval`). Runs on different simulator seeds cannot
+    be paired: everything is then None.
+    """
+    import numpy as np
+
+    from lenbench.sim.evaluate import score_interval
+    from lenbench.sim.metrics import ratio_interval
+
+    keys = [metric, *(key for key, _ in _SCHED_CHANGES)]
+    out: dict[str, dict[str, Any] | None] = dict.fromkeys(["score", *keys])
+    if any(list(seeds) != list(runs[0][2]) for _, _, seeds in runs):
+        return out
+
+    def matrix(ref: str | None, key: str) -> Any:
+        vals = [(entry if ref is None else refs[ref])["per_seed"].get(key)
+                for entry, refs, _ in runs]
+        if any(not isinstance(v, list) for v in vals) or len({len(v) for v in vals}) != 1:
+            return None
+        return np.array([[np.nan if x is None else float(x) for x in v] for v in vals])
+
+    base, row, best = matrix("baseline", metric), matrix(None, metric), matrix("oracle", metric)
+    if base is not None and row is not None and best is not None and base.shape[1]:
+        out["score"] = score_interval(base - row, base - best, base.mean(axis=0))
+    for key, _ in _SCHED_CHANGES:
+        base, row = matrix("baseline", key), matrix(None, key)
+        if base is not None and row is not None and base.shape[1]:
+            out[key] = ratio_interval(row - base, base)
+    return out
+
+
+def _sched_score_text(score: dict[str, Any] | None) -> str:
+    if not score or score.get("value") is None:
+        return DASH
+    text = f"{100 * score['value']:.0f}%"
+    lo, hi = score.get("ci95_low"), score.get("ci95_high")
+    if _is_num(lo) and _is_num(hi):
+        text += f" [{100 * lo:.0f}, {100 * hi:.0f}]"
+    return text
+
+
+def _sched_run_scored(run: _SchedRun) -> bool:
+    entry, refs, _ = run
+    return (isinstance(entry.get("per_seed"), dict) and "baseline" in refs and "oracle" in refs
+            and all(isinstance(refs[r].get("per_seed"), dict) for r in ("baseline", "oracle")))
+
+
+def _sched_stats(runs: list[_SchedRun], metric: str | None) -> dict[str, dict[str, Any] | None]:
+    """`_sched_pooled` over the runs that carry per-seed figures (all None if there are none)."""
+    scored = [run for run in runs if _sched_run_scored(run)]
+    if not scored or not metric:
+        return dict.fromkeys(["score", *(key for key, _ in _SCHED_CHANGES)])
+    return _sched_pooled(scored, metric)
+
+
+def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[str]:
+    """One table row. The baseline shows absolute seconds; every other row its score with
+    the interval and its changes against the baseline, pooled over its runs (predictor
+    seeds) that carry the same-dispatcher score, and their number (all runs if none does)."""
+    entry = runs[0][0]
+    taus = [e["kendall_tau"] for e, _, _ in runs
+            if _is_num(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
+    tau = _num(statistics.fmean(taus), 3) if taus else DASH
+    if entry.get("row") == "baseline":
+        secs = [DASH if not _is_num(entry.get(key)) else f"{entry[key]:,.2f} s"
+                for key, _ in _SCHED_CHANGES]
+        return [name, DASH, *secs, DASH, str(len(runs))]
+    stats = _sched_stats(runs, metric)
+    changes = []
+    for key, _ in _SCHED_CHANGES:
+        change = stats.get(key)
+        value = None if change is None else change.get("value")
+        changes.append(DASH if value is None else f"{100 * value:+.0f}%")
+    n_scored = sum(_sched_run_scored(run) for run in runs)
+    return [name, _sched_score_text(stats.get("score")), *changes, tau,
+            str(n_scored or len(runs))]
+
+
+def _sched_intro(first: dict[str, Any]) -> str:
+    """The simulated setting (load, arrivals, seeds, cluster, classes) of a scored record."""
+    cfg = first.get("config") or {}
+    cv = cfg.get("arrival_cv")
+    arrivals = ("Poisson arrivals" if cv == 1 else
+                f"gamma arrivals (cv {cv:g})" if _is_num(cv) else "arrivals as configured")
+    load = first.get("load_factor")
+    return (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
+            f"requests drawn from the test rows per simulator seed, simulator seeds "
+            f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
+            f"{_num(load, 2) if _is_num(load) else DASH} of the estimated saturation rate "
+            f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
+            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
+            f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
+            f">= {_num(first.get('long_threshold'), 0)} tokens.")
+
+
+def _sched_caption(first: dict[str, Any]) -> str:
+    """What the score is: its latency figure, baseline, policy, guard, dispatch and interval."""
+    cfg = first.get("config") or {}
+    metric = str(first.get("score_metric"))
+    dispatch = ("balances on each run's predictions, so the score also credits "
+                "prediction-driven dispatch" if cfg.get("dispatch_uses_predictions") else
+                "does not read predictions, so runs differ in queue order only")
+    return (
+        f"Score = (baseline − predictor) / (baseline − oracle) of "
+        f"{_SCORE_METRIC_TEXT.get(metric, metric)}: the baseline is "
+        f"{first.get('baseline_policy')} (the same dispatcher with an FCFS queue); the "
+        f"predictor, the oracle (true lengths) and the constant row (one value for all) run "
+        f"{first.get('policy')} (SJF by predicted length, ties by arrival) with starvation "
+        f"guard {first.get('starvation')}; dispatch {dispatch}. A constant predictor therefore "
+        f"scores exactly 0% and the oracle exactly 100%; above 100% beats SJF on true "
+        f"lengths, below 0% is harm. Numerator and denominator are means over the simulator "
+        f"seeds (paired: one draw per seed serves every row) and over the predictor's seeds "
+        f"(Runs). 95% CI: Student-t interval on the linearised ratio (delta method) with the "
+        f"variance over simulator seeds, plus the variance over predictor seeds where there "
+        f"are several (Welch-Satterthwaite degrees of freedom). Short/Long columns: change of "
+        f"the mean, P90 and P99 end-to-end latency of short and long requests against the "
+        f"baseline, ratio of seed means (the baseline row gives seconds).")
 
 
 def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
                         written: set[Path], title: str) -> list[str]:
-    """Scheduling outcomes from the simulator: each predictor's captured share of the oracle's
-    gain over the prediction-free baseline, beside the baseline, oracle and constant rows."""
+    """Scheduling outcomes from the simulator: each predictor's score (the share of the
+    oracle's latency gain over the same dispatcher with FCFS) with its interval and its
+    short- and long-request changes, beside the baseline, oracle and constant rows."""
     with_sched = sorted((r for r in results if isinstance(r.get("scheduling"), dict)
                          and r.get("kind") == "predictor"),
                         key=lambda r: (r["predictor"]["name"], r["seed"], r.get("_source", "")))
     if not with_sched:
         return []
-    first = with_sched[0]["scheduling"]
-    refs = {h["row"]: h for h in first.get("headline") or []}
-    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    newest: dict[tuple[str, str, Any], dict[str, Any]] = {}  # reruns supersede, as above
+    for r in sorted(with_sched, key=lambda r: (str(r.get("created_at")), r.get("_source", ""))):
+        newest[(r["predictor"]["name"], _params_key(r), r["seed"])] = r
+    keep = {id(r) for r in newest.values()}
+    with_sched = [r for r in with_sched if id(r) in keep]
+    scored = [r for r in with_sched if _sched_scored(r["scheduling"])]
+    n_old = len(with_sched) - len(scored)
+    old_note = (f"{n_old} predictor result(s) were simulated before this score existed (their "
+                "baseline was rr+fcfs and per-seed figures were not kept): re-run them to "
+                "score them.")
+    if not scored:
+        return ["### Scheduling", "", old_note, ""]
+    # One table, one simulated setting (the most common, then the newest): records of another
+    # sim config or other simulator seeds are counted, not pooled.
+    def setting(r: dict[str, Any]) -> str:
+        return repr((r["scheduling"].get("config"), r["scheduling"].get("seeds")))
+
+    counts: dict[str, int] = defaultdict(int)
+    for r in scored:
+        counts[setting(r)] += 1
+    main = max(scored, key=lambda r: (counts[setting(r)], str(r.get("created_at")),
+                                      r.get("_source", "")))
+    first = main["scheduling"]
+    other = {id(r) for r in scored if setting(r) != setting(main)}
+    with_sched = [r for r in with_sched if id(r) not in other]
+    scored = [r for r in scored if id(r) not in other]
+    metric = first.get("score_metric")
+    refs = _sched_refs(first)
+    seeds = list(first.get("seeds") or [])
+    by_name: dict[str, list[_SchedRun]] = defaultdict(list)
     for r in with_sched:
-        entry = _predictor_row(r["scheduling"])
+        sched = r["scheduling"]
+        entry = _predictor_row(sched)
         if entry is not None:
-            by_name[r["predictor"]["name"]].append(entry)
-    body = [_sched_cells(f"*{name}* (ref)", [refs[name]])
-            for name in ("baseline", "oracle", "constant") if name in refs]
-    preds = sorted(by_name.items(), key=lambda kv: statistics.fmean(
-        [e["e2e_p99_short"] for e in kv[1] if _is_num(e.get("e2e_p99_short"))] or [math.inf]))
-    body += [_sched_cells(_cell(name), entries) for name, entries in preds]
-    cfg = first.get("config") or {}
-    lines = ["### Scheduling", "",
-             (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
-              f"requests drawn from the test rows per seed, seeds {list(first.get('seeds') or [])}, "
-              f"load factor {first.get('load_factor')} of the estimated saturation rate "
-              f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
-              f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
-              f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
-              f">= {_num(first.get('long_threshold'), 0)} tokens."), "",
-             _table(_SCHED_HEADER, [":---", ":---"] + ["---:"] * 8, body), "",
-             ("Captured share = (baseline - predictor) / (baseline - oracle) on short-request "
-              "P99, where the baseline ignores predictions; the oracle schedules by true lengths "
-              "and the constant row by one value for all. Predictor rows are means over "
-              "predictor seeds."), ""]
+            by_name[r["predictor"]["name"]].append((entry, _sched_refs(sched),
+                                                    list(sched.get("seeds") or [])))
+    body = [_sched_cells(f"*{name}* (ref)", [(refs[name], refs, seeds)], metric)
+            for name in _SCHED_REFS if name in refs]
+
+    def order(name: str) -> tuple[float, str]:
+        score = _sched_stats(by_name[name], metric)["score"]
+        value = None if score is None else score.get("value")
+        return (-value if _is_num(value) else math.inf, name)
+
+    body += [_sched_cells(_cell(name), by_name[name], metric)
+             for name in sorted(by_name, key=order)]
+    lines = ["### Scheduling", "", _sched_intro(first), "",
+             _table(_SCHED_HEADER, [":---"] + ["---:"] * (len(_SCHED_HEADER) - 1), body), "",
+             _sched_caption(first), ""]
+    if n_old:
+        lines += [old_note + f" They are left out of the scores and Runs (a predictor with no "
+                  f"other result shows {DASH}).", ""]
+    if other:
+        lines += [(f"{len(other)} predictor result(s) simulated with another sim configuration "
+                   "or other simulator seeds than the one above are not shown."), ""]
     plot = out_dir / f"{stem}-sched-quality.png"
     try:
-        from lenbench.sim.plots import plot_p99_vs_quality
+        from lenbench.sim.plots import plot_score_vs_quality
 
-        plot_p99_vs_quality([r["scheduling"] for r in with_sched], plot)
+        plot_score_vs_quality([r["scheduling"] for r in scored], plot)
         written.add(plot)
-        lines += [f"![Short-request P99 vs Kendall tau, {title}]({plot.name})", ""]
-    except (KeyError, TypeError, ValueError) as exc:  # an older or partial scheduling record
+        lines += [f"![Scheduling score vs Kendall tau, {title}]({plot.name})", ""]
+    except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
         lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
     return lines
 
@@ -415,6 +601,8 @@ def _observed_steps_table(rows: list[_Row]) -> list[str]:
     body = []
     for row, dyn in entries:
         cells = [_cell(row.label)]
+        if any((r.get("causality") or {}).get("passed") is False for r in row.results):
+            cells[0] += " (non-causal)"  # lenbench.causality: it reads the response's future
         for t in ts:
             vals = [at(d, "mae_by_observed_steps", t) for d in dyn]
             cells.append(_mean_std([float(v) for v in vals if _is_num(v)]))
@@ -426,10 +614,38 @@ def _observed_steps_table(rows: list[_Row]) -> list[str]:
                 + [""])
     header = ["Predictor"] + [f"t = {t}" for t in ts] + ["ms/step"]
     return ["#### Dynamic MAE by observed steps", "",
+            *_fixed_population_table(entries),
             _table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
             ("MAE of the remaining length L − t at exactly t generated tokens, over the requests "
              "still decoding at t (last row; from the lowest-seed result), mean ± std over seeds. "
+             "Each column covers a different population (short requests leave as t grows), so "
+             "compare predictors within a column, not a predictor across columns. "
              "ms/step: the predictor's own latency per decoding step."), ""]
+
+
+def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) -> list[str]:
+    """The same reading over one population (requests longer than T, metrics._fixed_population),
+    so a predictor can be followed across columns."""
+    fixed = [(row, [d["fixed_population"] for d in dyn if d.get("fixed_population")])
+             for row, dyn in entries]
+    fixed = [(row, f) for row, f in fixed if f]
+    if not fixed:
+        return []
+    first = fixed[0][1][0]
+    ts = first["observed_steps"]
+    body = []
+    for row, pops in fixed:
+        same = [p for p in pops if p["observed_steps"] == ts and p["t_max"] == first["t_max"]]
+        cells = [_cell(row.label)]
+        for i in range(len(ts)):
+            cells.append(_mean_std([float(p["mae"][i]) for p in same if _is_num(p["mae"][i])]))
+        body.append(cells)
+    header = ["Predictor"] + [f"t = {t}" for t in ts]
+    return [_table(header, [":---"] + ["---:"] * len(ts), body), "",
+            (f"Over one population: the {first['n_requests']} requests longer than "
+             f"{first['t_max']} tokens (the longest observed t that at least half of the test "
+             "requests outlive), so every column covers the same requests. The table below "
+             "covers all requests still decoding at each t."), ""]
 
 
 def _depth_list(spec: dict[str, Any], key: str) -> list[float] | None:
@@ -655,10 +871,90 @@ def _provenance_lines(ok: list[dict[str, Any]]) -> list[str]:
     return [line for text in out for line in (text, "")]
 
 
+MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
+
+
+def _main_table(rows: list[_Row], reference: str) -> tuple[str, str | None]:
+    """The main table with paired differences to the reference predictor (static, and dynamic
+    when the reference is dynamic); returns the table and the reference used (None: no column)."""
+    mains = {r.name: r for r in rows if r.variant is None and r.kind == "predictor"}
+    ref_name = choose_reference(sorted(mains), reference)
+    ref = mains.get(ref_name) if ref_name else None
+    header, align = list(_HEADER), list(_ALIGN)
+    body = [_row_cells(r) for r in rows]
+    if ref is None:
+        return _table(header, align, body), None
+    with_dynamic = bool(ref.values("dynamic", "mae"))
+    for row, cells in zip(rows, body):
+        static = dynamic = DASH
+        if row is ref:
+            static = dynamic = "(reference)"
+        elif row.variant is None and row.kind == "predictor":
+            static = paired_cell(row.results, ref.results, "static")
+            dynamic = paired_cell(row.results, ref.results, "dynamic")
+        cells.insert(3, static)
+        if with_dynamic:
+            cells.insert(8, dynamic if row.values("dynamic", "mae") or row is ref else DASH)
+    header.insert(3, f"Δ vs {ref_name}")
+    align.insert(3, "---:")
+    if with_dynamic:
+        header.insert(8, f"Dyn. Δ vs {ref_name}")
+        align.insert(8, "---:")
+    return _table(header, align, body), ref_name
+
+
+def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
+    """What the reader must know before trusting a row: censored rows, clipped predictions,
+    the noise floor's rows, and a test split too small to rank on."""
+    notes = []
+    prompts = [int(r["dataset"]["n_test_prompts"]) for r in ok
+               if _is_num((r.get("dataset") or {}).get("n_test_prompts"))]
+    if prompts and max(prompts) < MIN_RANKING_PROMPTS:
+        notes.append(f"**Too few test prompts to rank predictors** ({max(prompts)} < "
+                     f"{MIN_RANKING_PROMPTS}): differences here are anecdotes, not rankings.")
+    censored = [r for r in ok if ((r.get("metrics") or {}).get("static") or {}).get("n_censored")]
+    if censored:
+        n = int(censored[0]["metrics"]["static"]["n_censored"])
+        notes.append(f"{n} test rows are right-censored (cut off at the length cap): a "
+                     "prediction at or above the cut-off scores 0 there, a shorter one its "
+                     "shortfall; rank correlations use the uncensored rows.")
+    clipped = []
+    for row in rows:
+        if row.variant is not None or row.kind != "predictor":
+            continue
+        for section, what in (("static", "totals"), ("dynamic", "remaining lengths")):
+            low = _mean(row.values(section, "n_clipped_low"))
+            high = _mean(row.values(section, "n_clipped_high"))
+            if low or high:
+                clipped.append(f"{row.label} ({what}: {low or 0:.0f} below 1, {high or 0:.0f} "
+                               "above the cap)")
+    if clipped:
+        notes.append("Predictions clipped to [1, length cap] before scoring (mean count per "
+                     "seed): " + "; ".join(clipped) + ".")
+    floors = [r for r in rows if r.kind == "reference" and r.results]
+    for row in floors:
+        bounds = (row.results[0].get("metrics") or {}).get("noise_floor") or {}
+        n_test = (row.results[0].get("dataset") or {}).get("n_test")
+        if _is_num(bounds.get("n")) and bounds["n"] != n_test:
+            notes.append(f"*{row.label}* is scored on {bounds['n']} of the {n_test} test rows "
+                         f"({bounds['n_prompts']} prompts with at least two samples).")
+    return [line for note in notes for line in (note, "")]
+
+
 def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
-             written: set[Path]) -> list[str]:
+             written: set[Path], reference: str = DEFAULT_REFERENCE,
+             fingerprint: str | None = None, split_by_fingerprint: bool = False) -> list[str]:
     rows, superseded = _build_rows(ok)
-    lines = [f"## {dataset} / {model}", ""]
+    heading = f"## {dataset} / {model}"
+    if split_by_fingerprint:
+        heading += (f" (labels `{fingerprint[:8]}`)" if fingerprint
+                    else " (labels not fingerprinted)")
+    lines = [heading, ""]
+    if split_by_fingerprint:
+        lines += [("**These results were scored on different labels from the other "
+                   f"{dataset} / {model} table(s)** (another build of the data, or results "
+                   "written before label fingerprints were recorded), so they are kept apart."),
+                  ""]
 
     def distinct(field_path: tuple[str, str]) -> list[str]:
         vals = {str((r.get(field_path[0]) or {}).get(field_path[1])) for r in ok}
@@ -683,13 +979,17 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
         lines += [("**Warning:** these results come from more than one build of the data set or "
                   "model (several keys above); rows may not be comparable."), ""]
 
-    lines += [_table(_HEADER, _ALIGN, (_row_cells(r) for r in rows)), ""]
+    lines += _scoring_notes(ok, rows)
+    table, ref_name = _main_table(rows, reference)
+    lines += [table, ""]
     if superseded:
         lines += [(f"{superseded} older result(s) for a predictor and seed already shown were "
                   "superseded by newer runs and are not counted."), ""]
-    lines += [LEGEND, ""]
+    lines += [LEGEND.replace("REF", ref_name or "the reference"), ""]
 
     stem = f"{PLOT_PREFIX}{safe_name(dataset)}__{safe_name(model)}"
+    if split_by_fingerprint:
+        stem += f"__{safe_name((fingerprint or 'none')[:8])}"
     title = f"{dataset} / {model}"
     progress = out_dir / f"{stem}-progress.png"
     if _progress_plot(rows, progress, title):
@@ -731,25 +1031,34 @@ def _failed_lines(failed: list[dict[str, Any]], problems: list[str]) -> list[str
     return lines
 
 
-def build_leaderboard(results_dir: str | Path, out_dir: str | Path) -> Path:
+def build_leaderboard(results_dir: str | Path, out_dir: str | Path,
+                      reference: str = DEFAULT_REFERENCE) -> Path:
     """Write ``out_dir/README.md`` and its plots from ``results_dir``; return the README path.
 
     Stale ``plot-*.png`` files from an earlier build are removed so that the folder matches the
-    markdown exactly; no other file in ``out_dir`` is touched.
+    markdown exactly; no other file in ``out_dir`` is touched. `reference` names the predictor
+    every other one is compared with, paired (the constant where it is absent).
     """
-    return _build(results_dir, out_dir)[0]
+    return _build(results_dir, out_dir, reference)[0]
 
 
-def _build(results_dir: str | Path, out_dir: str | Path) -> tuple[Path, dict[str, int], list[str]]:
+def labels_fingerprint(result: dict[str, Any]) -> str | None:
+    return (result.get("fingerprints") or {}).get("labels")
+
+
+def _build(results_dir: str | Path, out_dir: str | Path, reference: str = DEFAULT_REFERENCE
+           ) -> tuple[Path, dict[str, int], list[str]]:
     results, problems = load_results(results_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     ok = [r for r in results if r["status"] == "ok"]
     failed = [r for r in results if r["status"] == "failed"]
-    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    # one table per world and label fingerprint: results scored on other labels never mix
+    by_pair: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list))
     for r in ok:
-        by_pair[(r["dataset"]["name"], r["model"]["name"])].append(r)
+        by_pair[(r["dataset"]["name"], r["model"]["name"])][labels_fingerprint(r) or ""].append(r)
 
     lines = [
         "# lenbench leaderboard",
@@ -763,7 +1072,10 @@ def _build(results_dir: str | Path, out_dir: str | Path) -> tuple[Path, dict[str
         lines += ["No successful results yet.", ""]
     written: set[Path] = set()
     for dataset, model in sorted(by_pair):
-        lines += _section(dataset, model, by_pair[(dataset, model)], out, written)
+        groups = by_pair[(dataset, model)]
+        for fp in sorted(groups, key=lambda f: (f == "", f)):
+            lines += _section(dataset, model, groups[fp], out, written, reference, fp or None,
+                              split_by_fingerprint=len(groups) > 1)
     lines += _failed_lines(failed, problems)
 
     for stale in out.glob(f"{PLOT_PREFIX}*.png"):
@@ -785,6 +1097,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="folder of result JSON files (default: %(default)s)")
     parser.add_argument("--out", default="leaderboard",
                         help="folder for README.md and plots (default: %(default)s)")
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE,
+                        help="predictor the others are compared with, paired over the same "
+                             "test rows (default: %(default)s; the constant where absent)")
     args = parser.parse_args(argv)
 
     results_dir = Path(args.results)
@@ -793,7 +1108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "`lenbench` first, or pass --results PATH to the folder holding the result JSON "
               "files.", file=sys.stderr)
         return 2
-    readme, counts, problems = _build(results_dir, args.out)
+    readme, counts, problems = _build(results_dir, args.out, args.reference)
     for p in problems:
         print(f"warning: invalid result file {p}", file=sys.stderr)
     print(f"wrote {readme} and its plots from {results_dir}: {counts['ok']} ok, "

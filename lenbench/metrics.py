@@ -2,7 +2,7 @@
 
 Every interval is a bootstrap over *prompts*, not rows: samples of one prompt share the prompt and are
 correlated, so resampling rows would make the intervals too narrow when there are several samples
-per prompt (DESIGN.md §4).
+per prompt (docs/protocol.md).
 
 Hand-checkable example (two prompts; prompt ``a`` has two samples)::
 
@@ -25,6 +25,7 @@ Hand-checkable example (two prompts; prompt ``a`` has two samples)::
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,11 @@ __all__ = [
     "bootstrap_ratio_ci",
     "censored_error",
     "dynamic_metrics",
+    "noise_floor_bounds",
     "noise_floor_predictions",
     "observed_step_grid",
+    "paired_difference",
+    "request_errors",
     "static_metrics",
 ]
 
@@ -180,11 +184,11 @@ def dynamic_metrics(
     and by observed steps.
 
     Per request, the mean over its scored steps of |(L - t) - r_t|; then the plain mean over requests,
-    so long responses (many steps) do not dominate (DESIGN.md §4). Steps may be strided: only the
+    so long responses (many steps) do not dominate (docs/protocol.md). Steps may be strided: only the
     steps given are averaged. ``mae_by_progress[b]`` uses steps with floor(n_bins * t / L) == b, also
     averaged per request first; it is None for a bin that no step falls in.
 
-    ``mae_by_observed_steps[i]`` is the ForeLen/PLP warm-up reading (specs/predictors.md §4.3):
+    ``mae_by_observed_steps[i]`` is the ForeLen/PLP warm-up reading (ForeLen, arXiv 2602.11812):
     the MAE of L - t at exactly t = ``observed_steps[i]`` over the requests still decoding at t
     (one step per request, so a plain mean), with ``n_by_observed_steps[i]`` such requests. The
     default steps are 0, 8, 16, 32, ... up to the largest scored t. A t that strided features
@@ -209,7 +213,7 @@ def dynamic_metrics(
     if bad.any():
         s = int(np.argmax(bad))
         raise ValueError(f"dynamic_metrics: step {s} has t={step_t[s]} outside [0, L={total[s]}) "
-                         f"for row {step_row[s]}; steps must satisfy 0 <= t < L (DESIGN.md §4)")
+                         f"for row {step_row[s]}; steps must satisfy 0 <= t < L; docs/protocol.md)")
     if not np.all(np.isfinite(pred_remaining)):
         raise ValueError("dynamic_metrics: pred_remaining contains NaN/inf")
 
@@ -252,7 +256,9 @@ def dynamic_metrics(
         n_observed.append(int(np.unique(step_row[at]).size))
         by_observed.append(float(abs_err[at].mean()) if at.any() else None)
 
+    fixed = _fixed_population(step_row, step_t, total, abs_err, observed_steps, n_rows)
     return {
+        "fixed_population": fixed,
         "n_steps": int(n_steps),
         "n_requests": int(scored.sum()),
         "n_prompts": int(present.sum()),
@@ -265,6 +271,31 @@ def dynamic_metrics(
         "mean_remaining": float(remaining.mean()),
         "std_remaining": float(remaining.std()),
     }
+
+
+def _fixed_population(step_row: np.ndarray, step_t: np.ndarray, total: np.ndarray,
+                      abs_err: np.ndarray, observed_steps: Sequence[int],
+                      n_rows: int) -> dict[str, Any] | None:
+    """MAE at each observed t <= T over one population: the requests with L > T, where T is the
+    largest observed t that at least half of the scored requests outlive. The plain by-observed
+    reading loses the short requests as t grows, so its columns cover different requests; these
+    columns do not (at the price of covering only the longer half)."""
+    lengths = np.zeros(n_rows, dtype=np.int64)
+    lengths[step_row] = total
+    scored = np.unique(step_row)
+    reach = [t for t in observed_steps if (lengths[scored] > t).sum() * 2 >= scored.size]
+    if not reach:
+        return None
+    t_max = max(reach)
+    members = np.zeros(n_rows, dtype=bool)
+    members[scored[lengths[scored] > t_max]] = True
+    ts = [int(t) for t in observed_steps if t <= t_max]
+    mae = []
+    for t in ts:
+        at = (step_t == t) & members[step_row]
+        mae.append(float(abs_err[at].mean()) if at.any() else None)
+    return {"t_max": int(t_max), "n_requests": int(members.sum()), "observed_steps": ts,
+            "mae": mae}
 
 
 def observed_step_grid(max_t: int) -> list[int]:
@@ -297,3 +328,79 @@ def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarr
         others = np.broadcast_to(vals, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
         out[rows] = np.median(others, axis=1)
     return out
+
+
+def _per_prompt_median(lengths: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Each row's prompt median, the row itself included."""
+    out = np.empty(lengths.size)
+    order = np.argsort(gid, kind="stable")
+    for rows in np.split(order, np.flatnonzero(np.diff(gid[order])) + 1):
+        out[rows] = np.median(lengths[rows])
+    return out
+
+
+def noise_floor_bounds(lengths: np.ndarray, groups: np.ndarray, n_boot: int = 1000,
+                       seed: int = 0, ci: float = 0.95) -> dict[str, Any] | None:
+    """Bounds on the irreducible MAE: the error of knowing each prompt's true median length.
+
+    With k samples per prompt the true median is unknown. The sample median *including* the row
+    minimises the in-sample absolute error, so it scores at most what the true median would
+    (optimistic: a lower bound); the median of the *other* samples is independent of the row, and
+    the true median minimises the expected error against it, so it scores at least as much
+    (pessimistic: an upper bound; exactly twice the in-sample error at k = 2). The floor lies
+    between them; ``interval`` joins the lower end of the in-sample bootstrap interval to the
+    upper end of the leave-one-out one (prompts resampled). Prompts with one sample are left out
+    (``n`` counts the rows used). None when no prompt has two samples.
+    """
+    lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
+    gid = _group_ids(groups, lengths.size, "noise_floor_bounds")
+    sizes = np.bincount(gid)
+    keep = sizes[gid] >= 2
+    if not keep.any():
+        return None
+    lengths, gid = lengths[keep], np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
+    counts = np.bincount(gid).astype(np.float64)
+    in_err = np.abs(lengths - _per_prompt_median(lengths, gid))
+    loo_err = np.abs(lengths - noise_floor_predictions(lengths, gid))
+    in_ci = bootstrap_ratio_ci(np.bincount(gid, weights=in_err), counts, n_boot, seed, ci)
+    loo_ci = bootstrap_ratio_ci(np.bincount(gid, weights=loo_err), counts, n_boot, seed, ci)
+    return {
+        "n": int(lengths.size), "n_prompts": int(counts.size),
+        "in_sample": float(in_err.mean()), "in_sample_ci": in_ci,
+        "leave_one_out": float(loo_err.mean()), "leave_one_out_ci": loo_ci,
+        "interval": None if in_ci is None or loo_ci is None else [in_ci[0], loo_ci[1]],
+    }
+
+
+def paired_difference(err_a: np.ndarray, err_b: np.ndarray, groups: np.ndarray,
+                      n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
+    """Mean of ``err_a - err_b`` over the same rows, with a bootstrap interval over prompts.
+
+    Two predictors scored on the same prompts share the prompts' difficulty, so the interval of
+    their difference is much narrower than the two unpaired intervals suggest.
+    ``excludes_zero`` says whether the interval lies on one side of 0.
+    """
+    diff = np.asarray(err_a, dtype=np.float64).reshape(-1) - \
+        np.asarray(err_b, dtype=np.float64).reshape(-1)
+    gid = _group_ids(groups, diff.size, "paired_difference")
+    interval = bootstrap_ratio_ci(np.bincount(gid, weights=diff),
+                                  np.bincount(gid).astype(np.float64), n_boot, seed, ci)
+    return {"mean": float(diff.mean()), "ci": interval, "n": int(diff.size),
+            "excludes_zero": bool(interval is not None and (interval[0] > 0 or interval[1] < 0))}
+
+
+def request_errors(step_row: np.ndarray, step_t: np.ndarray, lengths: np.ndarray,
+                   pred_remaining: np.ndarray, censored: np.ndarray | None = None) -> np.ndarray:
+    """Each request's mean |(L - t) - r_t| over its scored steps (NaN for a request with none):
+    the per-request numbers whose mean is the dynamic MAE, kept so that two predictors can be
+    compared request by request."""
+    step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
+    lengths = np.asarray(lengths).reshape(-1)
+    remaining = (lengths[step_row] - np.asarray(step_t).reshape(-1)).astype(np.float64)
+    cens = np.zeros(lengths.size, bool) if censored is None else np.asarray(censored, bool)
+    err = np.abs(censored_error(np.asarray(pred_remaining, dtype=np.float64).reshape(-1),
+                                remaining, cens[step_row]))
+    total = np.bincount(step_row, weights=err, minlength=lengths.size)
+    count = np.bincount(step_row, minlength=lengths.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)

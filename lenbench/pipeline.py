@@ -31,6 +31,7 @@ from lenbench.data.promptset import (
 )
 from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
+from lenbench.fingerprints import arrays_fingerprint, labels_fingerprint
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
@@ -68,6 +69,7 @@ class World:
     model_cfg: dict = field(default_factory=dict)
     device: str = "cpu"
     target: Callable[[], TargetModel] | None = None  # the live target model, loaded on first call
+    fingerprints: dict = field(default_factory=dict)  # content hashes (lenbench/fingerprints.py)
 
     def rows(self, split: str) -> np.ndarray:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)
@@ -164,10 +166,16 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
                   "source": model_source_summary(target_path) if target_path else None}
     world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
                   generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
-                  device=device, target=target,
+                  device=device, target=target, fingerprints=data_fingerprints(labels, feat_stage),
                   keys={"promptset": ds_stage.key, "generate": gen_stage.key,
                         "features": None if feat_stage is None else feat_stage.key})
     return world
+
+
+def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
+    """What the results of this world were scored on, by content (not by config)."""
+    return {"labels": labels_fingerprint(labels),
+            "features": None if feat_stage is None else arrays_fingerprint(feat_stage.path)}
 
 
 CENSORED_WARN_SHARE = 0.2

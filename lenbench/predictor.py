@@ -7,13 +7,14 @@ caches features, seeds, times and scores. Dynamic predictors also implement `pre
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from lenbench.inputs import SplitView
+    from lenbench.inputs import SplitView, StaticView
 
 ROLES = ("low", "mid", "high", "last")
 POOLINGS = ("last", "mean", "entropy")
@@ -67,30 +68,42 @@ class TargetModel:
     info: dict = field(default_factory=dict)
 
 
-class Predictor:
-    """Base class of every length predictor.
+class Predictor(abc.ABC):
+    """Base class of every length predictor (abstract: `fit` and `predict` must be defined).
 
     Subclasses set `needs`, implement `fit` and `predict`, and, if they predict remaining length
     during decoding, `predict_remaining`. Constructor arguments come from the predictor's YAML
     file (Hydra `_target_`), so keep them plain values. `self.seed` is set by the harness before
     `fit`; use it for every random choice.
+
+    What each method sees (lenbench/inputs.py states the contract in full): `fit` gets the
+    train and val SplitViews, labels included; `predict` and `predict_variants` get the scored
+    split's StaticView (the prompt side, y_1 and the features declared in `needs`; nothing of
+    the response); `predict_remaining` gets its dynamic view (the response walked step by step,
+    labels hidden), and the harness audits that the estimate at step t reads nothing after
+    y_{t+1} (lenbench/causality.py).
     """
 
     needs: Needs = Needs()
     seed: int = 0
+    # True when the dynamic estimate at step t reads token y_{t+1} (an EAGLE-3 draft's input):
+    # one token more than a probe on the target's state at n-1+t, so the table marks its rows
+    reads_next_token: bool = False
 
+    @abc.abstractmethod
     def fit(self, train: SplitView, val: SplitView | None = None) -> None:
         """Learn from the train split (labels in `train.lengths`)."""
 
-    def predict(self, split: SplitView) -> np.ndarray:
-        """Predicted total output tokens, one per row of `split`."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def predict(self, split: StaticView | SplitView) -> np.ndarray:
+        """Predicted total output tokens, one per row of `split` (the static view)."""
 
     def predict_remaining(self, split: SplitView) -> np.ndarray:
-        """Predicted remaining tokens at each step of `split.steps` (dynamic predictors only)."""
+        """Predicted remaining tokens at each step of `split.steps` (dynamic predictors only;
+        causal: the value at step t may read the response up to y_{t+1}, no further)."""
         raise NotImplementedError
 
-    def predict_variants(self, split: SplitView) -> dict[str, np.ndarray]:
+    def predict_variants(self, split: StaticView | SplitView) -> dict[str, np.ndarray]:
         """Other decodings of the same model (e.g. bin centre vs expectation), scored alongside."""
         return {}
 

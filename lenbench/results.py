@@ -1,6 +1,6 @@
 """The result file: one schema-versioned JSON per run, at a deterministic path, written atomically.
 
-The leaderboard is a pure function of a folder of these files (DESIGN.md §5), so the format is the
+The leaderboard is a pure function of a folder of these files, so the format is the
 contract between a run and everything that reads it later. Shape of a result::
 
     schema_version  1
@@ -17,7 +17,10 @@ contract between a run and everything that reads it later. Shape of a result::
     timings         {fit_s, predict_s, predict_ms_per_request, predict_ms_per_step, n_parameters}
     report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
                     references and failed runs; absent in files written before it existed)
-    predictions     {true: [...], pred: [...]}       optional (test set, for plots)
+    predictions     {true, pred, prompt_id, censored: [...]}  optional (test rows, in order;
+                    prompt_id and censored absent in files written before they existed)
+    fingerprints    {labels, features}  content hashes of the data scored (lenbench.fingerprints;
+                    absent in files written before they existed)
     scheduling      {...}                            optional, free-form
     config          resolved config dict
     environment     environment_info()
@@ -97,16 +100,16 @@ def safe_name(name: str) -> str:
 
 
 def result_path(
-    results_dir: str | os.PathLike[str], dataset: str, model: str, predictor: str, config_hash: str
+    results_dir: str | os.PathLike[str], dataset: str, model: str, predictor: str, config_hash: str,
+    labels_fingerprint: str | None = None,
 ) -> Path:
-    """Deterministic home of a run's result: rerunning a config overwrites its own file only."""
-    return (
-        Path(results_dir)
-        / safe_name(dataset)
-        / safe_name(model)
-        / safe_name(predictor)
-        / f"{safe_name(config_hash)}.json"
-    )
+    """Deterministic home of a run's result: rerunning a config on the same labels overwrites
+    its own file only; the same config scored on other labels (another machine's build of the
+    data) gets a file of its own instead of silently replacing this one."""
+    stem = safe_name(config_hash) + (f"-{safe_name(labels_fingerprint[:8])}"
+                                     if labels_fingerprint else "")
+    return Path(results_dir) / safe_name(dataset) / safe_name(model) / safe_name(predictor) / \
+        f"{stem}.json"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 HFGenerator must produce exactly what a plain per-request decode produces (greedy: what
 `model.generate(do_sample=False)` gives; sampled: what a naive no-cache loop with the request's
 own random stream gives), whatever the batch size, with the L / finish_reason conventions of
-DESIGN.md §4. generate_labels must give n_samples rows per prompt, apply the censoring policy,
+docs/protocol.md. generate_labels must give n_samples rows per prompt, apply the censoring policy,
 count over-long prompts, and end with identical labels after a SIGKILL and a rerun.
 """
 

@@ -1,8 +1,12 @@
-"""The leaderboard's scheduling table, built from results that carry simulator output."""
+"""The leaderboard's scheduling table, built from results that carry simulator output: the score
+(0% for a constant, 100% for the oracle by construction) with its interval pooled over predictor
+seeds, the short- and long-request changes, the caption, and records of older simulators."""
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,13 +18,30 @@ from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
 
 GOLDEN = Path(__file__).parent / "data" / "golden_results"
+# The toy preset's load, arrivals and guard on a smaller, faster cluster.
 SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_requests": 300,
-       "load_factor": 1.1, "seeds": [0, 1], "short_threshold": "q50", "long_threshold": "q90"}
+       "load_factor": 0.85, "arrival_cv": 2.0, "starvation": "aging", "aging_alpha": 200.0,
+       "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90"}
+CHANGES = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long")
+COLUMNS = ["Predictor", "Score [95% CI]", "Short mean", "Short P90", "Short P99", "Long mean",
+           "Long P99", "Kendall τ", "Runs"]
+
+
+def _legacy(sched: dict) -> dict:
+    """A record as older simulators wrote it: no score, no per-seed figures."""
+    old = copy.deepcopy(sched)
+    for key in ("score_metric", "score_definition", "score_interval"):
+        old.pop(key)
+    for entry in old["headline"]:
+        entry.pop("per_seed")
+        entry["captured_share"] = 0.5
+    return old
 
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
-    """Golden results, with mlp_probe's two seeds given scheduling figures of a noisy oracle."""
+    """Golden results: mlp_probe's two seeds get scheduling figures of noisy oracles,
+    bin_classifier's seed 0 those of a constant prediction and its seed 1 a legacy record."""
     results = tmp_path_factory.mktemp("results")
     shutil.copytree(GOLDEN, results, dirs_exist_ok=True)
     rng = np.random.default_rng(0)
@@ -32,29 +53,117 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
         noisy = true * np.exp(rng.normal(0, 0.3, true.size))
         r["scheduling"] = scheds[r["seed"]] = schedule(true, noisy, prompt, "mlp_probe", SIM)
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    for path in sorted((results / "toyworld/toy/bin_classifier").glob("*.json")):
+        r = json.loads(path.read_text())
+        flat = schedule(true, np.full(400, 33.3), prompt, "bin_classifier", SIM)
+        r["scheduling"] = flat if r["seed"] == 0 else _legacy(flat)
+        write_result(result_path(results, "toyworld", "toy", "bin_classifier",
+                                 r["config_hash"]), r)
     out = tmp_path_factory.mktemp("board")
     return build_leaderboard(results, out).read_text(encoding="utf-8"), out, scheds
 
 
-def _sched_rows(md: str) -> dict[str, list[str]]:
-    section = md.split("### Scheduling", 1)[1].split("\n## ", 1)[0]
-    lines = [ln for ln in section.splitlines() if ln.startswith("| ")][1:]  # skip the header
-    return {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ") for ln in lines}
+def _section(md: str) -> str:
+    return md.split("### Scheduling", 1)[1].split("\n## ", 1)[0]
 
 
-def test_reference_rows_and_predictor_share(board) -> None:
+def _sched_rows(md: str) -> tuple[list[str], dict[str, list[str]]]:
+    lines = [ln for ln in _section(md).splitlines() if ln.startswith("| ")]
+    header = lines[0].strip("| ").split(" | ")
+    return header, {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ")
+                    for ln in lines[1:]}
+
+
+def _per_seed(scheds: dict, row: str, key: str) -> np.ndarray:
+    """predictor seeds x simulator seeds of one figure of one row."""
+    return np.array([next(h for h in s["headline"] if h["row"] == row)["per_seed"][key]
+                     for s in scheds.values()], dtype=float)
+
+
+def test_reference_rows_exact_by_construction(board) -> None:
+    md, _, _ = board
+    header, rows = _sched_rows(md)
+    assert header == COLUMNS
+    assert set(rows) == {"*baseline* (ref)", "*oracle* (ref)", "*constant* (ref)", "mlp_probe",
+                         "bin_classifier"}
+    assert rows["*oracle* (ref)"][1] == "100% [100, 100]"
+    assert rows["*constant* (ref)"][1] == "0% [0, 0]"
+    assert rows["*constant* (ref)"][2:7] == ["+0%"] * 5
+    # a constant predictor of another value is the baseline run too: exactly 0%, no change
+    assert rows["bin_classifier"][1] == "0% [0, 0]" and rows["bin_classifier"][2:7] == ["+0%"] * 5
+    assert rows["bin_classifier"][8] == "1"  # only its scored run counts; the legacy one does not
+    # the baseline row gives seconds; the others changes against it
+    assert all(re.fullmatch(r"[\d,]+\.\d\d s", cell) for cell in rows["*baseline* (ref)"][2:7])
+    assert rows["*baseline* (ref)"][1] == "—"
+
+
+def test_predictor_score_interval_and_changes(board) -> None:
     md, _, scheds = board
-    rows = _sched_rows(md)
-    assert set(rows) == {"*baseline* (ref)", "*oracle* (ref)", "*constant* (ref)", "mlp_probe"}
-    assert rows["*oracle* (ref)"][7] == "100%"  # the oracle captures all of its own gain
-    assert rows["*baseline* (ref)"][1] == "rr+fcfs"
-    # the predictor row is the mean over its two seeds of the simulator's captured share
-    shares = [next(h for h in s["headline"] if h["row"] == "mlp_probe")["captured_share"]
-              for s in scheds.values()]
-    assert rows["mlp_probe"][7] == f"{100 * np.mean(shares):.0f}%"
-    assert rows["mlp_probe"][9] == "2"
-    # a noisy oracle schedules short requests better than the prediction-free baseline
-    assert float(rows["mlp_probe"][2]) < float(rows["*baseline* (ref)"][2])
+    _, rows = _sched_rows(md)
+    cells = rows["mlp_probe"]
+    base = _per_seed(scheds, "baseline", "e2e_mean_short")
+    pred = _per_seed(scheds, "mlp_probe", "e2e_mean_short")
+    best = _per_seed(scheds, "oracle", "e2e_mean_short")
+    score = (base - pred).mean() / (base - best).mean()  # pooled over predictor seeds
+    match = re.fullmatch(r"(-?\d+)% \[(-?\d+), (-?\d+)\]", cells[1])
+    assert match, cells[1]
+    value, low, high = map(int, match.groups())
+    assert value == round(100 * score) and low <= value <= high and low < high
+    for i, key in enumerate(CHANGES, start=2):  # short mean/P90/P99, long mean/P99
+        change = _per_seed(scheds, "mlp_probe", key).mean() / _per_seed(
+            scheds, "baseline", key).mean() - 1
+        assert cells[i] == f"{100 * change:+.0f}%", key
+    assert cells[8] == "2"
+    # a noisy oracle serves short requests better than the FCFS baseline
+    assert cells[2].startswith("-")
+
+
+def test_caption_says_what_the_score_is(board) -> None:
+    md, _, _ = board
+    text = _section(md)
+    for phrase in ("Score = (baseline − predictor) / (baseline − oracle)",
+                   "mean end-to-end latency of short requests", "baseline is lb+fcfs",
+                   "same dispatcher with an FCFS queue", "aging (alpha 200 tokens/s)",
+                   "load factor 0.85", "gamma arrivals (cv 2)", "simulator seeds [0, 1, 2]",
+                   "Student-t", "delta method", "predictor seeds", "exactly 0%",
+                   "exactly 100%"):
+        assert phrase in text, phrase
+    # the legacy record is counted, not scored
+    assert "1 predictor result(s) were simulated before this score existed" in text
+
+
+def test_only_legacy_records(tmp_path: Path) -> None:
+    """Records of older simulators alone give a note, not a table with misleading rows."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(1)
+    true = rng.lognormal(3.5, 0.8, 200).round() + 1
+    sim = dict(SIM, n_requests=150, seeds=[0])
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = _legacy(schedule(true, true, np.full(200, 20), "mlp_probe", sim))
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    text = _section(build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8"))
+    assert "2 predictor result(s) were simulated before this score existed" in text
+    assert "| Predictor |" not in text
+
+
+def test_other_sim_config_is_not_pooled(tmp_path: Path) -> None:
+    """Records of another simulated setting are counted in a note, not mixed into the rows."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(2)
+    true = rng.lognormal(3.5, 0.8, 200).round() + 1
+    sims = {0: dict(SIM, n_requests=150, seeds=[0, 1]),
+            1: dict(SIM, n_requests=150, seeds=[0, 1], load_factor=0.6)}
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, true * 1.2, np.full(200, 20), "mlp_probe", sims[r["seed"]])
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    _, rows = _sched_rows(md)
+    assert rows["mlp_probe"][8] == "1"
+    assert "1 predictor result(s) simulated with another sim configuration" in _section(md)
 
 
 def test_quality_plot_written(board) -> None:

@@ -189,3 +189,71 @@ def test_censored_rows_lower_bound_dynamic_targets() -> None:
                         groups=np.array([0, 1]), n_boot=0, censored=np.array([False, True]))
     # request 0: (|2-3| + |1-1|) / 2 = 0.5; request 1: (0 + |2-1|) / 2 = 0.5
     assert d["mae"] == pytest.approx(0.5)
+
+
+def _discrete_world(n_prompts: int, k: int, seed: int):
+    """Prompts with known length distributions (lognormal-shaped on a grid): samples, and the
+    true floor, the mean over prompts of E|L - median(L)| computed exactly."""
+    rng = np.random.default_rng(seed)
+    grid = np.arange(1, 600)
+    lengths, groups, floors = [], [], []
+    for g in range(n_prompts):
+        mu, sigma = rng.uniform(2.5, 5.0), rng.uniform(0.2, 0.9)
+        p = np.exp(-((np.log(grid) - mu) ** 2) / (2 * sigma**2)) / grid
+        p /= p.sum()
+        median = grid[np.searchsorted(np.cumsum(p), 0.5)]
+        floors.append(float(np.sum(p * np.abs(grid - median))))
+        lengths.append(rng.choice(grid, size=k, p=p))
+        groups.append(np.full(k, g))
+    return np.concatenate(lengths), np.concatenate(groups), float(np.mean(floors))
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_the_noise_floor_interval_contains_the_true_floor(k: int) -> None:
+    lengths, groups, floor = _discrete_world(400, k, seed=k)
+    b = metrics.noise_floor_bounds(lengths, groups, n_boot=500, seed=0)
+    assert b["in_sample"] < floor < b["leave_one_out"], (b, floor)
+    assert b["interval"][0] < floor < b["interval"][1]
+    assert b["n"] == 400 * k and b["n_prompts"] == 400
+
+
+def test_noise_floor_bounds_by_hand() -> None:
+    """Prompt a: 10, 20 -> in-sample median 15 (errors 5, 5), others 20, 10 (errors 10, 10);
+    prompt b: 4, 4, 10 -> median 4 (0, 0, 6); others' medians 7, 7, 4 (3, 3, 6); c has one
+    sample and is left out."""
+    b = metrics.noise_floor_bounds(np.array([10, 20, 4, 4, 10, 99]),
+                                   np.array(["a", "a", "b", "b", "b", "c"]), n_boot=0)
+    assert b["in_sample"] == pytest.approx(16 / 5)
+    assert b["leave_one_out"] == pytest.approx(32 / 5)
+    assert b["n"] == 5 and b["interval"] is None
+    assert metrics.noise_floor_bounds(np.array([1, 2]), np.array([0, 1])) is None
+
+
+def test_paired_difference_is_narrower_than_unpaired() -> None:
+    """Two predictors with a shared per-prompt difficulty: b is better by 1 token per row."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(200), 2)
+    difficulty = rng.exponential(30, 200)[groups]
+    err_b = difficulty + rng.normal(0, 0.5, 400).clip(-5, 5)
+    err_a = err_b + 1.0
+    d = metrics.paired_difference(err_a, err_b, groups, n_boot=500)
+    assert d["mean"] == pytest.approx(1.0) and d["excludes_zero"]
+    assert d["ci"][1] - d["ci"][0] < 1e-6  # the difference is exactly 1 on every row
+    same = metrics.paired_difference(err_b, err_b + rng.normal(0, 1, 400), groups, n_boot=500)
+    assert not same["excludes_zero"]
+
+
+def test_observed_steps_over_one_fixed_population() -> None:
+    """L = 2, 20, 30, 40: three of four outlive t = 16, one outlives 32, so T = 16 and the
+    population is the three longer requests at every t <= 16 (the 2-token one never counts)."""
+    lengths = np.array([2, 20, 30, 40])
+    rows = np.concatenate([np.full(L, i) for i, L in enumerate(lengths)])
+    ts = np.concatenate([np.arange(L) for L in lengths])
+    pred = np.where(rows == 0, 100.0, (lengths[rows] - ts) + rows)  # request i is off by i
+    d = dynamic_metrics(rows, ts, lengths, pred, groups=np.arange(4), n_boot=0,
+                        observed_steps=(0, 8, 16, 32))
+    fixed = d["fixed_population"]
+    assert fixed["t_max"] == 16 and fixed["n_requests"] == 3
+    assert fixed["observed_steps"] == [0, 8, 16]
+    assert fixed["mae"] == pytest.approx([2.0, 2.0, 2.0])  # (1 + 2 + 3) / 3 at every t
+    assert d["mae_by_observed_steps"][0] == pytest.approx((98 + 1 + 2 + 3) / 4)

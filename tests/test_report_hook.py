@@ -9,7 +9,15 @@ from lenbench import Predictor
 from lenbench.evaluate import predictor_report
 
 
-class Reporting(Predictor):
+class Minimal(Predictor):  # Predictor is abstract: fit and predict are required
+    def fit(self, train, val=None) -> None:
+        pass
+
+    def predict(self, split) -> np.ndarray:
+        return np.ones(len(split))
+
+
+class Reporting(Minimal):
     def __init__(self, report):
         self._report = report
 
@@ -18,7 +26,9 @@ class Reporting(Predictor):
 
 
 def test_default_report_is_empty() -> None:
-    assert Predictor().report() == {}
+    assert Minimal().report() == {}
+    with pytest.raises(TypeError, match="abstract"):
+        Predictor()
 
 
 def test_numpy_values_become_plain_json() -> None:

@@ -157,6 +157,27 @@ def test_constant_predictor_reproduces_fcfs(dispatch: str) -> None:
     assert_same_runs(fcfs_same_pred, sjf)
 
 
+@pytest.mark.parametrize("dispatch", ["lb", "pow2"])
+@pytest.mark.parametrize("guard", [{}, {"starvation": "aging", "aging_alpha": 200.0},
+                                   {"starvation": "promotion", "t_starve_s": 2.0}])
+def test_prediction_free_dispatch_constant_sjf_is_fcfs(dispatch: str, guard: dict) -> None:
+    """With dispatch_len one value for all, lb/pow2 do not read predictions: SJF on any
+    constant reproduces the FCFS run of other predictions exactly, with or without a guard
+    (aging keys pred + alpha * arrival never reorder equal predictions)."""
+    wl = busy_workload(4)
+    flat = np.full(len(wl), 600.0)
+    cfg = small_cfg(**guard)
+    fcfs = simulate(wl, cfg, dispatch=dispatch, queue="fcfs", seed=3, dispatch_len=flat)
+    sjf = simulate(wl.with_predictions(np.full(len(wl), 7.0)), cfg, dispatch=dispatch,
+                   queue="sjf", seed=3, dispatch_len=flat)
+    assert_same_runs(fcfs, sjf)
+    # ... while predictions do change the queue order (not vacuous)
+    informed = simulate(wl, cfg, dispatch=dispatch, queue="sjf", seed=3, dispatch_len=flat)
+    assert not np.array_equal(informed.admit_seq, fcfs.admit_seq)
+    with pytest.raises(ValueError):
+        simulate(wl, cfg, dispatch_len=flat[:-1])
+
+
 def test_lb_with_uninformative_constant_is_jsq() -> None:
     """With a constant prediction of 1 token every running request counts max(1 - gen, 1) = 1
     and every waiting one 1: lb's outstanding tokens are jsq's queue length."""

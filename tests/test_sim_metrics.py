@@ -1,4 +1,5 @@
-"""Metrics: statistics, intervals, captured share, HOL inversions, Kendall tau, predictors."""
+"""Metrics: statistics, intervals, ratio intervals, captured share, HOL inversions, Kendall tau,
+predictors."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from lenbench.sim import (
     one_bit,
     oracle,
     random_permutation,
+    ratio_interval,
     run_figures,
     short_prompts,
     simulate,
@@ -38,6 +40,30 @@ def test_aggregate_t_interval() -> None:
     assert one["mean"] == 5.0 and one["ci95_low"] is None and one["per_seed"] == [5.0, None]
     assert t_quantile_975(40) == pytest.approx(2.021, abs=2e-3)
     assert t_quantile_975(120) == pytest.approx(1.980, abs=2e-3)
+
+
+def test_ratio_interval_delta_method() -> None:
+    """mean(num) / mean(den) with a t-interval on the linearised ratio over seeds."""
+    num, den = np.array([1.0, 2.0, 4.0]), np.array([2.0, 3.0, 5.0])
+    out = ratio_interval(num, den)
+    ratio = 7.0 / 10.0
+    e = (num - ratio * den) / den.mean()
+    half = 4.303 * e.std(ddof=1) / math.sqrt(3)
+    assert out["value"] == pytest.approx(ratio)
+    assert (out["ci95_low"], out["ci95_high"]) == pytest.approx((ratio - half, ratio + half))
+    # exact by construction: no gain is 0 and the denominator itself is 1, zero width
+    assert ratio_interval(np.zeros(3), den) == {"value": 0.0, "ci95_low": 0.0, "ci95_high": 0.0,
+                                                "n_sim_seeds": 3.0, "n_pred_seeds": 1.0}
+    same = ratio_interval(den, den)
+    assert (same["value"], same["ci95_low"], same["ci95_high"]) == (1.0, 1.0, 1.0)
+    assert ratio_interval(num, [0.01, -0.01, 0.0], min_den=0.1)["value"] is None
+    assert ratio_interval([1.0], [2.0])["ci95_low"] is None  # one seed: no interval
+    nan = ratio_interval([1.0, np.nan, 4.0], [2.0, 3.0, 5.0])  # a seed without the figure
+    assert nan["n_sim_seeds"] == 2 and nan["value"] == pytest.approx(5.0 / 7.0)
+    # predictor seeds x simulator seeds: their spread widens the interval
+    two = ratio_interval(np.stack([num, num * 1.5]), den)
+    assert two["n_pred_seeds"] == 2 and two["value"] == pytest.approx(1.25 * ratio)
+    assert two["ci95_high"] - two["ci95_low"] > out["ci95_high"] - out["ci95_low"]
 
 
 def test_captured_share() -> None:

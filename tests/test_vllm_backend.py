@@ -2,7 +2,7 @@
 
 vLLM needs a CUDA machine, so these tests feed the backend objects shaped like vLLM's own
 (`RequestOutput` with `.outputs[i]` = `CompletionOutput(token_ids, finish_reason, stop_reason)`)
-and a stand-in `vllm` module, and check that L, finish_reason and censoring follow DESIGN.md §4
+and a stand-in `vllm` module, and check that L, finish_reason and censoring follow docs/protocol.md
 exactly as the HF backend reports them.
 """
 

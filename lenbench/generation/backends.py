@@ -1,7 +1,7 @@
 """Backend dispatch: `generation.backend` -> a generator with HFGenerator's `generate` method.
 
 Every backend receives the prompt ids lenbench rendered and the same EOS ids, and reports L the
-same way (DESIGN.md §4), so labels from `hf`, `vllm` and `openai` differ only by the backend's
+same way (docs/protocol.md, Labels), so labels from `hf`, `vllm` and `openai` differ only by the backend's
 numerics and random streams. Backend modules are imported only when chosen: vLLM is an optional
 extra and the OpenAI client needs a server.
 """

@@ -89,7 +89,7 @@ def choice_result(choice: dict, eos_ids: Sequence[int], primary_eos: int | None 
     reason = choice.get("finish_reason")
     if reason == "stop":
         if not ids or ids[-1] not in eos:
-            # servers that drop the EOS from the returned ids (L must count it, DESIGN.md §4)
+            # servers that drop the EOS from the returned ids (L must count it, docs/protocol.md)
             stop = choice.get("stop_reason")
             if isinstance(stop, int) and stop in eos:
                 ids.append(stop)

@@ -1,6 +1,6 @@
 """OUTLETS losses and the offline acceptance proxies, computed from one TTT unroll.
 
-L = L_SD + lambda * L_len + gamma * ||theta_head||^2 (specs/predictors.md §1.4, §3.1):
+L = L_SD + lambda * L_len + gamma * ||theta_head||^2 (OUTLETS, arXiv 2609.01068):
 - L_SD = sum_k 0.8^k L_k, L_k the soft cross-entropy of the draft against the target's
   distribution restricted to the draft vocabulary (forward KL up to a constant), averaged over all
   B*T positions as EAGLE does, with positions whose target argmax is outside the draft vocabulary

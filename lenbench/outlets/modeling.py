@@ -1,6 +1,6 @@
 """The OUTLETS backbone: an EAGLE-3 draft model with gated attention and a length head.
 
-Read top to bottom like a `transformers` modeling file (specs/predictors.md §1-3):
+Read top to bottom like a `transformers` modeling file (OUTLETS, arXiv 2609.01068; EAGLE-3):
 
     fused   = cat(hs[2], hs[L//2], hs[L-3])                 target features   [B, T, 3H]
     s0      = fc(fused)                                      3H -> H, no bias

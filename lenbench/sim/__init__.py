@@ -7,7 +7,7 @@ Needs numpy only; the plots import matplotlib lazily.
 """
 
 from lenbench.sim.capacity import capacity, resolve_qps, saturation_qps
-from lenbench.sim.config import SimConfig
+from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.engine import SimResult, simulate
 from lenbench.sim.evaluate import load_sweep, noisy_oracle_sweep, simulate_predictions
 from lenbench.sim.metrics import (
@@ -15,6 +15,7 @@ from lenbench.sim.metrics import (
     captured_share,
     hol_inversion_rate,
     kendall_tau,
+    ratio_interval,
     request_metrics,
     run_figures,
     throughput,
@@ -41,6 +42,7 @@ from lenbench.sim.workload import (
 __all__ = [
     "A100_LLAMA3_8B",
     "H100_LLAMA3_8B",
+    "SCORE_METRICS",
     "LinearTimeModel",
     "SimConfig",
     "SimResult",
@@ -65,6 +67,7 @@ __all__ = [
     "one_bit",
     "oracle",
     "random_permutation",
+    "ratio_interval",
     "request_metrics",
     "resolve_qps",
     "run_figures",

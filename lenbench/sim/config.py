@@ -20,6 +20,8 @@ DISPATCH_POLICIES = ("rr", "jsq", "lb", "pow2")
 QUEUE_POLICIES = ("fcfs", "sjf")
 STARVATION_GUARDS = ("none", "aging", "promotion")
 TIME_MODELS = ("a100", "h100", "linear")
+# Latency figures (metrics.run_figures names) the scheduling score may be computed on.
+SCORE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_all")
 
 _QUANTILE = re.compile(r"^q(\d+(?:\.\d+)?)$")
 
@@ -29,8 +31,8 @@ _IGNORED_KEYS = frozenset({"enabled", "_target_", "name"})
 
 @dataclass(frozen=True)
 class SimConfig:
-    """All parameters of a run. The defaults are the outlets_paper preset (specs/scheduling.md
-    section 2: A100 timing, Llama-3-8B KV size, 1 prefill + 3 decode, 1,914 requests at 100 QPS).
+    """All parameters of a run. The defaults are the outlets_paper preset (the OUTLETS
+    serving study, arXiv 2609.01068 App. C: A100 timing, Llama-3-8B KV size, 1 prefill + 3 decode, 1,914 requests at 100 QPS).
 
     Cluster: `n_prefill` prefill instances with FCFS token-budget batches of at most
     `max_prefill_tokens`; KV caches cross one shared FIFO link; `n_decode` decode instances run
@@ -39,9 +41,15 @@ class SimConfig:
     Policy: `dispatch` picks the decode instance when a KV cache arrives (rr, jsq, lb = least
     predicted outstanding tokens, pow2 = lb between two random instances); `queue` orders
     admission on the instance (fcfs, or sjf by predicted length). `starvation` is an optional
-    guard for sjf: "aging" sorts by pred - aging_alpha * wait_s, "promotion" moves requests
-    waiting longer than `t_starve_s` to the head (FCFS among them). `baseline_*` name the
-    prediction-free reference policy that gains are measured against.
+    guard for sjf: "aging" sorts by pred - aging_alpha * age_s (age since arrival, so
+    aging_alpha is in tokens per second), "promotion" moves requests waiting in the decode
+    queue longer than `t_starve_s` to the head (FCFS among them). The baseline that scores are
+    measured against is the same dispatcher with FCFS (`baseline_policy`): baseline and
+    predictor runs differ only in queue order. Unless `dispatch_uses_predictions`, lb and pow2
+    balance on one value for every request (the constant reference prediction), so dispatch
+    is prediction-free too; with it, they balance on each run's predictions and the score
+    also credits prediction-driven dispatch. `score_metric` (one of SCORE_METRICS) is the
+    latency figure of the score (baseline - predictor) / (baseline - oracle).
 
     Workload: `n_requests` requests drawn with replacement from the given rows, arriving as a
     Poisson process (gamma when `arrival_cv` != 1) at `qps`, or, when `load_factor` is set (it
@@ -68,8 +76,7 @@ class SimConfig:
     starvation: str = "none"
     aging_alpha: float = 0.0
     t_starve_s: float | None = None
-    baseline_dispatch: str = "rr"
-    baseline_queue: str = "fcfs"
+    dispatch_uses_predictions: bool = False
     # workload and reporting
     n_requests: int = 1914
     qps: float | None = 100.0
@@ -78,14 +85,17 @@ class SimConfig:
     seeds: tuple[int, ...] = field(default=(0, 1, 2, 3, 4))
     short_threshold: float | str = 800
     long_threshold: float | str = 1536
+    score_metric: str = "e2e_mean_short"
 
     def __post_init__(self) -> None:
         _check_choice("dispatch", self.dispatch, DISPATCH_POLICIES)
-        _check_choice("baseline_dispatch", self.baseline_dispatch, DISPATCH_POLICIES)
         _check_choice("queue", self.queue, QUEUE_POLICIES)
-        _check_choice("baseline_queue", self.baseline_queue, QUEUE_POLICIES)
         _check_choice("starvation", self.starvation, STARVATION_GUARDS)
         _check_choice("time_model", self.time_model, TIME_MODELS)
+        _check_choice("score_metric", self.score_metric, SCORE_METRICS)
+        if not isinstance(self.dispatch_uses_predictions, bool):
+            raise TypeError("dispatch_uses_predictions must be true or false, got "
+                            f"{self.dispatch_uses_predictions!r}")
         if self.time_model == "linear" and self.linear_abc is None:
             raise ValueError("time_model='linear' needs linear_abc=(a, b, c)")
         if self.starvation == "promotion" and self.t_starve_s is None:
@@ -121,7 +131,8 @@ class SimConfig:
 
     @property
     def baseline_policy(self) -> str:
-        return f"{self.baseline_dispatch}+{self.baseline_queue}"
+        """The reference the score is measured against: the same dispatcher with FCFS."""
+        return f"{self.dispatch}+fcfs"
 
     def thresholds(self, true_len: ArrayLike) -> tuple[float, float]:
         """(short, long) thresholds in tokens, resolving "qNN" against `true_len`."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from lenbench.sim.config import DISPATCH_POLICIES, QUEUE_POLICIES, SimConfig
 from lenbench.sim.timing import TimeModel, get_time_model
@@ -93,11 +93,11 @@ class _Decode:
         self.wait: list[tuple[float, float, int]] = []  # (policy key, arrival, request)
         self.promo: deque[int] = deque()          # waiting requests in KV-arrival order
         self.n_wait = 0
-        self.wait_pred = 0.0        # sum of predictions of waiting requests (for lb)
+        self.wait_pred = 0.0        # sum of dispatch lengths of waiting requests (for lb)
         self.seg: NDArray[np.float64] | None = None  # boundary times k_b+1 .. next finish
         self.event_k = -1           # iteration of the pending boundary event, -1 if none
         self.version = 0            # bumps invalidate stale boundary events
-        self.run_key = np.empty(capacity, dtype=np.float64)  # pred - 1 + admit iteration
+        self.run_key = np.empty(capacity, dtype=np.float64)  # load - 1 + admit iteration
         self.run_req: list[int] = []
         self.pos: dict[int, int] = {}
         self.peak_ctx = 0
@@ -107,13 +107,20 @@ class _Decode:
 
 def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None = None,
              dispatch: str | None = None, queue: str | None = None, seed: int = 0,
-             record_timeline: bool = False) -> SimResult:
+             record_timeline: bool = False, dispatch_len: ArrayLike | None = None) -> SimResult:
     """Run one simulation of `workload` on the cluster of `cfg`.
 
     `dispatch`/`queue` override cfg.dispatch/cfg.queue (handy for policy sweeps); `time_model`
     overrides cfg.time_model; `seed` drives only the random choices of pow2 dispatch. With
     `record_timeline` the result carries rows (time, instance, running, waiting) at every
-    processed boundary, for plots of load over time.
+    processed boundary, for plots of load over time. `dispatch_len` (aligned with the workload)
+    is what lb/pow2 dispatch balance on instead of `workload.pred_len`: one value for everyone
+    makes dispatch prediction-free, so that runs differing only in `pred_len` differ only in
+    queue order (what `simulate_predictions` does unless cfg.dispatch_uses_predictions).
+
+    Queue keys: fcfs admits by arrival; sjf by predicted length (minus aging_alpha times the
+    request's age since arrival under aging), ties by arrival. A constant prediction therefore
+    admits in exactly FCFS order, with or without a starvation guard.
     """
     dispatch = cfg.dispatch if dispatch is None else dispatch
     queue = cfg.queue if queue is None else queue
@@ -123,12 +130,18 @@ def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None
         raise ValueError(f"queue must be one of {QUEUE_POLICIES}, got {queue!r}")
     model = time_model if time_model is not None else get_time_model(cfg.time_model,
                                                                       cfg.linear_abc)
-    return _Engine(workload, cfg, model, dispatch, queue, seed, record_timeline).run()
+    balance = None
+    if dispatch_len is not None:
+        balance = np.asarray(dispatch_len, dtype=np.float64)
+        if balance.shape != workload.pred_len.shape or not np.all(np.isfinite(balance)):
+            raise ValueError(f"dispatch_len must be finite with shape {workload.pred_len.shape}")
+    return _Engine(workload, cfg, model, dispatch, queue, seed, record_timeline, balance).run()
 
 
 class _Engine:
     def __init__(self, wl: Workload, cfg: SimConfig, model: TimeModel, dispatch: str,
-                 queue: str, seed: int, record_timeline: bool) -> None:
+                 queue: str, seed: int, record_timeline: bool,
+                 dispatch_len: NDArray[np.float64] | None = None) -> None:
         self.wl, self.cfg, self.model = wl, cfg, model
         self.dispatch, self.queue = dispatch, queue
         self.rng = np.random.default_rng([seed, 0x706F7732])  # salted: see predictors.py
@@ -137,6 +150,8 @@ class _Engine:
         self.prompt = wl.prompt_len.tolist()
         self.true = wl.true_len.tolist()
         self.pred = wl.pred_len.tolist()
+        # what lb/pow2 balance on: the predictions, or a prediction-free stand-in
+        self.load = self.pred if dispatch_len is None else dispatch_len.tolist()
         nan = float("nan")
         self.first_tok = [nan] * n
         self.kv_ready = [nan] * n
@@ -260,13 +275,16 @@ class _Engine:
         self.kv_ready[r] = t
         inst = self.choose(t)
         self.inst_of[r] = inst.idx
-        pred = self.pred[r]
-        key = (pred if self.sjf else 0.0) + self.aging * t
-        heapq.heappush(inst.wait, (key, self.arrival[r], r))
+        # sjf: pred - aging * age, i.e. pred + aging * arrival (the same order at any time);
+        # fcfs: arrival alone. fl(c + aging * arrival) never decreases with arrival, so a
+        # constant prediction admits in exactly FCFS order (ties break by arrival).
+        arrival = self.arrival[r]
+        key = self.pred[r] + self.aging * arrival if self.sjf else 0.0
+        heapq.heappush(inst.wait, (key, arrival, r))
         if self.promotion:
             inst.promo.append(r)
         inst.n_wait += 1
-        inst.wait_pred += pred
+        inst.wait_pred += self.load[r]
         if inst.n_run == 0:
             if inst.event_k < 0:  # idle: start at once (after other arrivals at time t)
                 self.schedule(inst, t, inst.k_b)
@@ -360,12 +378,12 @@ class _Engine:
             self.admit_k[r] = k
             self.n_admitted += 1
             inst.n_wait -= 1
-            inst.wait_pred -= self.pred[r]
+            inst.wait_pred -= self.load[r]
             inst.n_run += 1
             inst.ctx += need
             heapq.heappush(inst.fin, (k + self.true[r] - 1, r))
             if self.track_keys:
-                self.add_key(inst, r, self.pred[r] - 1.0 + k)
+                self.add_key(inst, r, self.load[r] - 1.0 + k)
         if inst.n_wait == 0:
             inst.wait_pred = 0.0  # drop float drift
         inst.peak_run = max(inst.peak_run, inst.n_run)

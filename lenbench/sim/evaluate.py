@@ -1,8 +1,17 @@
 """Score a predictor by what it does to serving: the entry point of the evaluation pipeline.
 
 Every predictor is compared on the same drawn traffic (same rows, same arrivals per seed)
-against reference rows: the prediction-free baseline policy, the oracle and a constant
-predictor, so that "how much of the oracle's gain does it capture" is a paired, seeded number.
+against reference rows, and every row uses the same dispatcher: the baseline admits in FCFS
+order, the predictor, oracle and constant rows in SJF order of their predictions, so that a
+row's gain over the baseline comes from its queue order alone.
+
+The scheduling score of a row is S = (baseline - row) / (baseline - oracle) on one latency
+figure (cfg.score_metric, by default the mean end-to-end latency of short requests), with
+numerator and denominator averaged over simulator seeds (paired: one draw per seed serves
+every row). A constant prediction's SJF order is FCFS order (ties break by arrival) and
+dispatch does not read predictions, so the constant row scores exactly 0 and the oracle
+exactly 1. The 95% interval is a Student-t interval over simulator seeds on the linearised
+ratio (delta method; `metrics.ratio_interval`).
 """
 
 from __future__ import annotations
@@ -15,13 +24,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from lenbench.sim.capacity import resolve_qps
-from lenbench.sim.config import SimConfig
+from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.engine import simulate
 from lenbench.sim.metrics import (
     aggregate,
-    captured_share,
     class_masks,
     kendall_tau,
+    ratio_interval,
     run_figures,
 )
 from lenbench.sim.predictors import constant, noisy_oracle, oracle
@@ -29,8 +38,19 @@ from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 
 REFERENCE_ROWS = ("baseline", "oracle", "constant")
-SHARE_METRICS = ("e2e_p99_short", "e2e_p90_short", "e2e_mean_all")
-HEADLINE_METRIC = "e2e_p99_short"
+# Relative changes against the baseline reported for every row (short and long classes).
+CHANGE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long",
+                  "e2e_p99_long", "e2e_mean_all")
+# Figures whose per-seed values each headline entry carries (for pooling predictor seeds).
+HEADLINE_FIGURES = tuple(dict.fromkeys(CHANGE_METRICS + SCORE_METRICS)) + (
+    "throughput_tok_s", "hol_inversion_rate")
+# A score is undefined when the oracle gains less than this share of the baseline's figure.
+MIN_ORACLE_GAIN = 0.01
+SCORE_DEFINITION = ("(baseline - predictor) / (baseline - oracle) of {metric}, seed means; "
+                    "baseline: {baseline} (same dispatcher, FCFS); predictor, oracle (true "
+                    "lengths) and constant: {policy}")
+SCORE_INTERVAL = ("95% Student-t interval over simulator seeds on the linearised ratio "
+                  "(delta method)")
 
 
 def simulate_predictions(
@@ -57,31 +77,38 @@ def simulate_predictions(
     `cfg.qps` or at `cfg.load_factor` times the estimated saturation rate (capacity.py); the
     same draw serves every row below, so comparisons are paired.
 
-    Rows (keys of result["rows"]):
-      - "baseline": cfg.baseline_policy (default rr+fcfs), which ignores predictions;
-      - `name`: the given predictions under cfg.policy (default lb+sjf);
-      - "oracle": true lengths under cfg.policy (the upper bound);
-      - "constant": one value for all (default the mean true length) under cfg.policy,
-        i.e. the policy with no length information;
+    Rows (keys of result["rows"]), all with cfg.dispatch; unless
+    cfg.dispatch_uses_predictions, lb/pow2 balance on the constant value for every row, so
+    that rows differ in queue order only:
+      - "baseline": cfg.baseline_policy (cfg.dispatch + FCFS), which ignores predictions;
+      - `name`: the given predictions under cfg.policy (default lb+sjf, with cfg's guard);
+      - "oracle": true lengths under cfg.policy (the reference gain: score 1);
+      - "constant": one value for all (default the mean true length) under cfg.policy; its
+        SJF order is FCFS order, so it reproduces the baseline run exactly (score 0);
       - any `extra_predictors` (name -> predictions aligned with the rows), e.g. noisy oracles.
 
     Each row holds:
       - "figures": every figure of `metrics.run_figures` (e.g. "e2e_p99_short",
-        "e2e_p99_long", "throughput_tok_s", "queue_delay_p99_short", "hol_inversion_rate";
+        "e2e_mean_long", "throughput_tok_s", "queue_delay_p99_short", "hol_inversion_rate";
         seconds and tokens/s) aggregated over seeds as {"mean", "ci95_low", "ci95_high",
-        "n", "per_seed"};
-      - "captured_share" (not for baseline): (baseline - row) / (baseline - oracle) for the
-        SHARE_METRICS, computed per seed (paired) and aggregated, plus "of_means" from the
-        seed means; 1 = the oracle's gain, 0 = none, negative = harm; None if undefined;
-      - "price_of_misprediction": row / oracle for HEADLINE_METRIC (seed means);
+        "n", "per_seed"} (t-intervals over seeds);
+      - "score" (not for baseline): for each of SCORE_METRICS, (baseline - row) /
+        (baseline - oracle) of the seed means with its 95% t-interval over seeds
+        (`metrics.ratio_interval`) as {"value", "ci95_low", "ci95_high", "n_sim_seeds",
+        "n_pred_seeds", "per_seed"}; 1 = the oracle's gain, 0 = none, negative = harm; value
+        None when the oracle gains less than MIN_ORACLE_GAIN of the baseline;
+      - "change" (not for baseline): for each of CHANGE_METRICS, row / baseline - 1 of the
+        seed means with its 95% interval (same method), e.g. the long-request P99 change;
       - "quality": Kendall tau and MAE of the row's predictions against `true_len`;
       - "e2e_quantiles": `quantile_points` evenly spaced quantiles of end-to-end latency per
         class (all/short/long), pooled over seeds, for CDF plots without per-request data.
 
-    The result also carries "headline" (one flat dict per row for a leaderboard table),
-    "qps", "saturation_qps", "load_factor" (qps / saturation), "seeds", "policy",
-    "baseline_policy", "short_threshold"/"long_threshold" (resolved to tokens), "time_model",
-    "config" (cfg.to_dict()) and "wall_s". All values are
+    The result also carries "score_metric", "score_definition", "score_interval",
+    "headline" (one flat dict per row for a leaderboard table, with the per-seed values of
+    HEADLINE_FIGURES so that a leaderboard can pool predictor seeds), "qps",
+    "saturation_qps", "load_factor" (qps / saturation), "seeds", "policy", "baseline_policy",
+    "starvation" (the guard, e.g. "aging (alpha 40)"), "short_threshold"/"long_threshold"
+    (resolved to tokens), "time_model", "config" (cfg.to_dict()) and "wall_s". All values are
     JSON-serialisable (undefined numbers are None).
     """
     cfg = cfg or SimConfig()
@@ -108,9 +135,11 @@ def simulate_predictions(
     qps, sat = resolve_qps(cfg, float(prompt.mean()), float(true.mean()), model)
     row_names = ["baseline", name, "oracle", "constant"] + \
         [n for n in predictions if n not in (name, "oracle", "constant")]
-    policy_of = {row: (cfg.dispatch, cfg.queue) for row in row_names}
-    policy_of["baseline"] = (cfg.baseline_dispatch, cfg.baseline_queue)
+    queue_of = dict.fromkeys(row_names, cfg.queue)
+    queue_of["baseline"] = "fcfs"
     pred_of = dict(predictions, baseline=predictions["constant"])
+    # What lb/pow2 balance on: one value for all (prediction-free), or each row's predictions.
+    balance = None if cfg.dispatch_uses_predictions else predictions["constant"]
     short_thr, long_thr = cfg.thresholds(true)
 
     started = time.perf_counter()
@@ -122,8 +151,9 @@ def simulate_predictions(
         masks = class_masks(true[idx], short_thr, long_thr)
         for row in row_names:
             wl = Workload(arrivals, prompt[idx], true[idx], pred_of[row][idx])
-            dispatch, queue = policy_of[row]
-            res = simulate(wl, cfg, time_model=model, dispatch=dispatch, queue=queue, seed=seed)
+            res = simulate(wl, cfg, time_model=model, dispatch=cfg.dispatch,
+                           queue=queue_of[row], seed=seed,
+                           dispatch_len=None if balance is None else balance[idx])
             per_seed[row].append(run_figures(res, short_thr, long_thr))
             e2e = res.done_s - wl.arrival_s
             for cls, mask in masks.items():
@@ -134,7 +164,7 @@ def simulate_predictions(
     for row in row_names:
         figs = {key: aggregate([f[key] for f in per_seed[row]]) for key in per_seed[row][0]}
         entry: dict[str, Any] = {
-            "policy": "+".join(policy_of[row]),
+            "policy": f"{cfg.dispatch}+{queue_of[row]}",
             "predictor": "none" if row == "baseline" else row,
             "figures": figs,
         }
@@ -147,25 +177,40 @@ def simulate_predictions(
                    for cls, parts in e2e_pool[row].items()}}
         rows[row] = entry
 
+    def seed_values(row: str, metric: str) -> np.ndarray:
+        return np.array([np.nan if f[metric] is None else f[metric] for f in per_seed[row]])
+
     for row in row_names:
         if row == "baseline":
             continue
-        shares: dict[str, Any] = {}
-        for metric in SHARE_METRICS:
-            paired = [captured_share(b[metric], r[metric], o[metric]) for b, r, o in
-                      zip(per_seed["baseline"], per_seed[row], per_seed["oracle"])]
-            shares[metric] = aggregate(paired)
-            shares[metric]["of_means"] = captured_share(
-                rows["baseline"]["figures"][metric]["mean"], rows[row]["figures"][metric]["mean"],
-                rows["oracle"]["figures"][metric]["mean"])
-        rows[row]["captured_share"] = shares
-        num = rows[row]["figures"][HEADLINE_METRIC]["mean"]
-        den = rows["oracle"]["figures"][HEADLINE_METRIC]["mean"]
-        rows[row]["price_of_misprediction"] = (num / den if num is not None and den else None)
+        scores: dict[str, Any] = {}
+        for metric in SCORE_METRICS:
+            base = seed_values("baseline", metric)
+            gain, oracle_gain = base - seed_values(row, metric), base - seed_values("oracle",
+                                                                                    metric)
+            scores[metric] = score_interval(gain, oracle_gain, base)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                paired = gain / oracle_gain
+            scores[metric]["per_seed"] = [float(v) if np.isfinite(v) else None for v in paired]
+        rows[row]["score"] = scores
+        changes: dict[str, Any] = {}
+        for metric in CHANGE_METRICS:
+            base = seed_values("baseline", metric)
+            changes[metric] = ratio_interval(seed_values(row, metric) - base, base)
+        rows[row]["change"] = changes
 
+    guard = {"none": "none", "aging": f"aging (alpha {cfg.aging_alpha:g} tokens/s)",
+             "promotion": f"promotion (after {cfg.t_starve_s:g} s)" if cfg.t_starve_s is not None
+             else "promotion"}[cfg.starvation]
     return {
         "policy": cfg.policy,
         "baseline_policy": cfg.baseline_policy,
+        "starvation": guard,
+        "score_metric": cfg.score_metric,
+        "score_definition": SCORE_DEFINITION.format(metric=cfg.score_metric,
+                                                    baseline=cfg.baseline_policy,
+                                                    policy=cfg.policy),
+        "score_interval": SCORE_INTERVAL,
         "qps": qps,
         "saturation_qps": sat,
         "load_factor": qps / sat,
@@ -176,9 +221,24 @@ def simulate_predictions(
         "time_model": getattr(model, "name", type(model).__name__),
         "config": cfg.to_dict(),
         "rows": rows,
-        "headline": [_headline(row, rows[row]) for row in row_names],
+        "headline": [_headline(row, rows[row], cfg.score_metric) for row in row_names],
         "wall_s": time.perf_counter() - started,
     }
+
+
+def score_interval(gain: ArrayLike, oracle_gain: ArrayLike, baseline: ArrayLike
+                   ) -> dict[str, float | None]:
+    """The score mean(gain) / mean(oracle_gain) with its 95% interval (`ratio_interval`).
+
+    `gain` = baseline - row and `oracle_gain` = baseline - oracle per seed (1-D over simulator
+    seeds, or predictor seeds x simulator seeds for `gain`); `baseline` per simulator seed.
+    Undefined (value None) when the oracle's mean gain is at most MIN_ORACLE_GAIN of the
+    baseline's mean: the share of a gain that is not there is noise.
+    """
+    base = np.asarray(baseline, dtype=np.float64)
+    finite = base[np.isfinite(base)]
+    floor = MIN_ORACLE_GAIN * abs(float(finite.mean())) if finite.size else 0.0
+    return ratio_interval(gain, oracle_gain, min_den=floor)
 
 
 def _quality(pred: np.ndarray, true: np.ndarray) -> dict[str, float | None]:
@@ -191,16 +251,22 @@ def _quantiles(values: np.ndarray, levels: np.ndarray) -> list[float] | None:
     return np.quantile(values, levels).tolist() if values.size else None
 
 
-def _headline(row: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """One flat leaderboard row: means and intervals of the figures that matter most."""
+def _headline(row: str, entry: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """One flat leaderboard row: seed means and intervals of the figures that matter most, the
+    score on `metric`, the changes against the baseline, and per-seed values for pooling."""
     figs = entry["figures"]
     out: dict[str, Any] = {"row": row, "policy": entry["policy"]}
-    for key in ("e2e_p99_short", "e2e_p99_long", "e2e_mean_all", "throughput_tok_s",
-                "hol_inversion_rate"):
+    for key in HEADLINE_FIGURES:
         out[key] = figs[key]["mean"]
         out[f"{key}_ci95"] = [figs[key]["ci95_low"], figs[key]["ci95_high"]]
-    share = entry.get("captured_share", {}).get(HEADLINE_METRIC)
-    out["captured_share"] = None if share is None else share["of_means"]
+    score = entry.get("score", {}).get(metric)
+    out["score_metric"] = metric
+    out["score"] = None if score is None else score["value"]
+    out["score_ci95"] = None if score is None else [score["ci95_low"], score["ci95_high"]]
+    for key, change in entry.get("change", {}).items():
+        out[f"{key}_change"] = change["value"]
+        out[f"{key}_change_ci95"] = [change["ci95_low"], change["ci95_high"]]
+    out["per_seed"] = {key: figs[key]["per_seed"] for key in HEADLINE_FIGURES}
     out["kendall_tau"] = entry.get("quality", {}).get("kendall_tau")
     return out
 

@@ -153,10 +153,57 @@ def aggregate(values: Sequence[float | None]) -> dict[str, float | list[float | 
     return out
 
 
+def ratio_interval(num: ArrayLike, den: ArrayLike, *, min_den: float = 0.0
+                   ) -> dict[str, float | None]:
+    """mean(num) / mean(den) with a 95% Student-t interval by the delta method.
+
+    `num` and `den` are per-seed paired quantities: 1-D over simulator seeds, or 2-D
+    (predictor seeds x simulator seeds; `den` may be 1-D over simulator seeds and is then shared
+    by every predictor seed). Simulator seeds with a non-finite entry are dropped. With
+    R = mean(num) / mean(den), the linearised contributions e = (num - R * den) / mean(den)
+    give the variance of R: var over simulator seeds of their means over predictor seeds / S,
+    plus, with several predictor seeds, var over predictor seeds of their means over simulator
+    seeds / P (a conservative two-way sum), with Welch-Satterthwaite degrees of freedom.
+    num == 0 gives exactly 0 and num == den exactly 1, with zero width. Value None when
+    |mean(den)| <= min_den (no gain to share); bounds None with fewer than two seeds.
+    """
+    n = np.atleast_2d(np.asarray(num, dtype=np.float64))
+    d = np.broadcast_to(np.atleast_2d(np.asarray(den, dtype=np.float64)), n.shape)
+    keep = np.isfinite(n).all(axis=0) & np.isfinite(d).all(axis=0)
+    n, d = n[:, keep], d[:, keep]
+    n_pred, n_sim = n.shape
+    out: dict[str, float | None] = {"value": None, "ci95_low": None, "ci95_high": None,
+                                    "n_sim_seeds": float(n_sim), "n_pred_seeds": float(n_pred)}
+    if n_sim == 0:
+        return out
+    mean_den = float(d.mean())
+    if not abs(mean_den) > min_den:
+        return out
+    ratio = float(n.mean()) / mean_den
+    out["value"] = ratio
+    e = (n - ratio * d) / mean_den
+    parts = []  # (variance of the mean, degrees of freedom)
+    if n_sim >= 2:
+        parts.append((float(np.var(e.mean(axis=0), ddof=1)) / n_sim, n_sim - 1))
+    if n_pred >= 2:
+        parts.append((float(np.var(e.mean(axis=1), ddof=1)) / n_pred, n_pred - 1))
+    if not parts:
+        return out
+    var = sum(v for v, _ in parts)
+    if var > 0:
+        df = var**2 / sum(v**2 / k for v, k in parts)
+        half = t_quantile_975(max(1, math.floor(df))) * math.sqrt(var)
+    else:
+        half = 0.0
+    out["ci95_low"], out["ci95_high"] = ratio - half, ratio + half
+    return out
+
+
 def captured_share(fcfs: float | None, pred: float | None, oracle: float | None
                    ) -> float | None:
     """(FCFS - pred) / (FCFS - oracle): 1 = all of the oracle's gain, 0 = none, < 0 = harm.
-    None when the oracle gains less than 1% of the baseline (the share is then noise)."""
+    None when the oracle gains less than 1% of the baseline (the share is then noise). One
+    seed's share; `simulate_predictions` scores seed means with `ratio_interval`."""
     if fcfs is None or pred is None or oracle is None:
         return None
     gain = fcfs - oracle

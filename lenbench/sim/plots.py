@@ -120,3 +120,45 @@ def plot_p99_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                          path: str | Path) -> Path:
+    """Each predictor row's scheduling score (with its 95% interval over seeds) against its
+    Kendall tau, with reference lines at 0 (baseline and constant) and 1 (oracle).
+
+    `results` is one `simulate_predictions` result or a sequence of them (e.g. one per
+    predictor and seed; a row name is labelled once); each is plotted on its own score metric.
+    """
+    plt = _pyplot()
+    many = [results] if isinstance(results, Mapping) else list(results)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    seen: set[str] = set()
+    metrics: set[str] = set()
+    for res in many:
+        metric = res["score_metric"]
+        for row, entry in res["rows"].items():
+            if row in ("baseline", "oracle", "constant"):
+                continue
+            score = entry["score"][metric]
+            value = score["value"]
+            if value is None:
+                continue
+            metrics.add(metric)
+            tau = entry.get("quality", {}).get("kendall_tau")
+            x = 0.0 if tau is None else tau
+            lo, hi = score["ci95_low"], score["ci95_high"]
+            yerr = None if lo is None or hi is None else [[value - lo], [hi - value]]
+            ax.errorbar([x], [value], yerr=yerr, marker="o", capsize=3)
+            if row not in seen:
+                seen.add(row)
+                ax.annotate(row, (x, value), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+    ax.axhline(1.0, linestyle=":", color="gray", label="oracle (true lengths) = 1")
+    ax.axhline(0.0, linestyle="--", color="gray", label="baseline (FCFS) and constant = 0")
+    ax.set_xlabel("Kendall tau of predictions (constant predictor at 0)")
+    ax.set_ylabel("score: (baseline - pred) / (baseline - oracle)"
+                  + (f"\non {', '.join(sorted(metrics))}" if metrics else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

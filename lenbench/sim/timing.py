@@ -3,7 +3,8 @@
 The simulator only ever asks two questions, so any object with these two methods works
 (`TimeModel`). Decode time must accept an array of context sizes because the engine prices
 many consecutive iterations at once (between events the batch is fixed and each running request
-gains one token per iteration). Sources of the constants: specs/scheduling.md section 2.5.
+gains one token per iteration). Where the constants come from is said beside each preset below (A100 from
+Vidur's published profile).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _interp_extrapolate(x: float, xs: NDArray[np.float64], ys: NDArray[np.float6
 
 @dataclass(frozen=True)
 class TableTimeModel:
-    """Spec 2.5 default: t = lin(batch tokens) + gamma * context + overhead.
+    """The default model: t = lin(batch tokens) + gamma * context + overhead.
 
     `lin` is a table of linear-layer time against batch tokens, because one straight line fits
     the measured curve badly over 1-256 tokens. Prefill reuses the same table for its tokens and

@@ -1,0 +1,81 @@
+"""Paired comparisons: each predictor against a reference predictor on the same test rows.
+
+Unpaired intervals overlap almost everywhere, because most of a predictor's error comes from how
+hard each prompt is, which every predictor shares. The difference of two predictors' errors on the
+same rows cancels that shared part, so its interval (a bootstrap over prompts) says whether one is
+really better. Errors are first averaged over each predictor's seeds, row by row; the interval then
+covers the prompts' sampling, not the seeds' (the table's ± shows those).
+
+Results can be paired only when they were scored on the same rows: the leaderboard groups them by
+label fingerprint, and these functions also check that the rows' prompt ids and true lengths agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lenbench.metrics import censored_error, paired_difference
+
+DEFAULT_REFERENCE = "mlp_probe"
+FALLBACK_REFERENCE = "constant"  # used when the reference predictor is not in a table
+DASH = "—"
+
+
+def row_errors(results: Sequence[dict[str, Any]], kind: str = "static"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(mean error over seeds per test row, prompt ids, true lengths), or None when the results
+    do not record row identities (written before they did) or disagree on the rows.
+
+    `kind` "static": |L̂ - L| (right-censored rows scored as in the metrics); "dynamic": the
+    request's mean remaining-length error (NaN where a request has no scored step).
+    """
+    errors, ids, true = [], None, None
+    for r in results:
+        p = r.get("predictions") or {}
+        if "prompt_id" not in p or (kind == "dynamic" and "dynamic_error" not in p):
+            return None
+        t = np.asarray(p["true"], dtype=np.float64)
+        if ids is None:
+            ids, true = list(p["prompt_id"]), t
+        elif list(p["prompt_id"]) != ids or not np.array_equal(t, true):
+            return None
+        if kind == "static":
+            cens = np.asarray(p.get("censored") or np.zeros(t.size), dtype=bool)
+            errors.append(np.abs(censored_error(np.asarray(p["pred"], dtype=np.float64), t,
+                                                cens)))
+        else:
+            errors.append(np.array([np.nan if e is None else e for e in p["dynamic_error"]],
+                                   dtype=np.float64))
+    if ids is None:
+        return None
+    return np.mean(errors, axis=0), np.asarray(ids), true
+
+
+def paired_cell(results: Sequence[dict[str, Any]], reference: Sequence[dict[str, Any]],
+                kind: str = "static", n_boot: int = 1000, ci: float = 0.95) -> str:
+    """"+1.3 [0.4, 2.2]" (this predictor's error minus the reference's, bold when the interval
+    excludes zero), or a dash when the two cannot be paired."""
+    mine, ref = row_errors(results, kind), row_errors(reference, kind)
+    if mine is None or ref is None or len(mine[1]) != len(ref[1]) or \
+            not np.array_equal(mine[1], ref[1]) or not np.array_equal(mine[2], ref[2]):
+        return DASH
+    both = np.isfinite(mine[0]) & np.isfinite(ref[0])
+    if not both.any():
+        return DASH
+    d = paired_difference(mine[0][both], ref[0][both], mine[1][both], n_boot=n_boot, ci=ci)
+    mean = f"{d['mean']:+.1f}"
+    if d["ci"] is None:
+        return mean
+    text = f"{f'**{mean}**' if d['excludes_zero'] else mean} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
+    return text
+
+
+def choose_reference(names: Sequence[str], wanted: str = DEFAULT_REFERENCE) -> str | None:
+    """The reference predictor of a table: `wanted` if it is there, else the constant."""
+    for name in (wanted, FALLBACK_REFERENCE):
+        if name in names:
+            return name
+    return None
