@@ -181,8 +181,10 @@ def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
 CENSORED_WARN_SHARE = 0.2
 
 
-# dataset keys that do not change which prompts are read (label import settings, the name)
-NOT_PROMPTSET_KEYS = ("name", "model_name", "tokenizer", "max_length")
+# dataset keys read by label import, not by the source; with the name, they do not change which
+# prompts are read, so they are left out of the PromptSet's key
+LABEL_IMPORT_KEYS = ("model_name", "tokenizer", "max_length")
+NOT_PROMPTSET_KEYS = ("name", *LABEL_IMPORT_KEYS)
 
 
 def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:

@@ -146,22 +146,35 @@ def _data_path_problems(field: str, path: Path) -> list[str]:
     if not head.strip():
         return [f"{field}={str(path)!r}: the file is empty"]
     if path.suffix in (".jsonl", ".ndjson"):
-        first = next((line for line in head.splitlines() if line.strip()), b"")
-        try:
-            obj = json.loads(first.removeprefix(b"\xef\xbb\xbf"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if len(first) < len(head) or len(head) < (1 << 16):  # the whole line was read
-                return [(f"{field}={str(path)!r}: line 1 is not JSON ({exc}); expected one JSON "
-                        "object per line")]
-            return []
-        if not isinstance(obj, dict):
-            return [(f"{field}={str(path)!r}: line 1 is a JSON {type(obj).__name__}; expected "
-                    "one JSON object per line")]
+        return _jsonl_head_problems(field, path, head)
     elif path.suffix == ".json":
         start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
         if start not in (b"[", b"{"):
             return [f"{field}={str(path)!r}: not JSON (it should start with '[' or '{{')"]
     return []
+
+
+def _jsonl_head_problems(field: str, path: Path, head: bytes) -> list[str]:
+    """A JSON Lines file is refused only when none of its first complete lines is a JSON object:
+    one bad line among good ones is the source's business (a counted bad row), not a config
+    error; a file in another format altogether (CSV named .jsonl) fails here, in seconds."""
+    lines = [ln for ln in head.removeprefix(b"\xef\xbb\xbf").splitlines() if ln.strip()]
+    if len(head) == 1 << 16 and lines:
+        lines = lines[:-1]  # the last line may be cut off by the 64 KiB read
+    if not lines:
+        return []
+    problems = []
+    for ln in lines:
+        try:
+            obj = json.loads(ln)
+        except (UnicodeDecodeError, RecursionError, ValueError) as exc:  # JSONDecodeError too
+            problems.append(f"not JSON ({exc})")
+            continue
+        if isinstance(obj, dict):
+            return []
+        problems.append(f"a JSON {type(obj).__name__}")
+    return [(f"{field}={str(path)!r}: line 1 is {problems[0]}, and none of the first "
+             f"{len(lines)} lines is a JSON object; expected one JSON object per line")]
 
 
 def _model_problems(model: Mapping[str, Any]) -> list[str]:

@@ -192,18 +192,19 @@ def test_junk_and_missing_commas_between_elements(tmp_path: Path) -> None:
     assert "expected ',' or ']' between list elements" in card["examples"]["malformed"][0]
 
 
-def test_one_line_list_loses_only_what_follows_the_break(tmp_path: Path) -> None:
-    """Without one element a line there is no place to resume: the rest is one counted record."""
+def test_one_line_list_loses_only_the_broken_element(tmp_path: Path) -> None:
+    """Without one element a line, reading resumes at the next ',' before a record (not at a
+    turn nested in the broken one): only the broken element is one counted record."""
     text = json.dumps(ROWS, ensure_ascii=False).replace('"id": "c3"', '"id" "c3"')
     f = tmp_path / "flat.json"
     f.write_text(text, encoding="utf-8")
     df, card = build(f)
-    assert df["text"].tolist() == prompts(ROWS[:3])
+    assert df["text"].tolist() == prompts(ROWS[:3] + ROWS[4:])
     assert card["dropped"] == {"malformed": 1}
     start = element_start(text.replace('"id" "c3"', '"id": "c3"').encode(), 3)
+    resume = element_start(text.encode(), 4)
     assert card["source"]["unreadable"] == [
-        {"where": "flat.json:1", "byte": start, "bytes": len(text.encode()) - start,
-         "truncated": False}]
+        {"where": "flat.json:1", "byte": start, "bytes": resume - start, "truncated": False}]
 
 
 # ---------------------------------------------------------------------------- packages

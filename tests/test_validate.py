@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO, run_lenbench
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import REPO, run_lenbench
 from lenbench.validate import config_problems
 
 
@@ -72,6 +72,10 @@ def test_files_must_exist_be_non_empty_and_parse(tmp_path: Path) -> None:
     assert "line 1 is not JSON" in problems("dataset=jsonl", f"dataset.path={not_json}")[0]
     assert "line 1 is a JSON list" in problems("dataset=jsonl", f"dataset.path={a_list}")[0]
     assert problems("dataset=jsonl", f"dataset.path={good}") == []
+    # one bad line among good ones is a counted bad row for the source, not a config error
+    first_bad = tmp_path / "first_bad.jsonl"
+    first_bad.write_text('{"prompt": "x", "len\n{"prompt": "y", "length": 3}\n')
+    assert problems("dataset=jsonl", f"dataset.path={first_bad}") == []
     assert problems("model=local", "model.path=/no/such/model.gguf") == [
         "model.path='/no/such/model.gguf': no such file or folder (a hub id looks like org/name)"]
 

@@ -19,6 +19,7 @@ from lenbench.data.sources.chat import _text, parse_turns
 from lenbench.data.sources.reading import BadRow, SourceStream, convert, open_records
 
 LENGTH_FIELDS = ("length", "output_tokens")
+MAX_LENGTH = 2**31 - 1  # a token count beyond this is no length (and would overflow int64 labels)
 
 
 def parse_length(value: Any, field: str) -> int | list[int]:
@@ -30,6 +31,10 @@ def parse_length(value: Any, field: str) -> int | list[int]:
         if not ok:
             raise BadRow("wrong_type", f"{field!r} must be a non-negative integer or a list of "
                                        f"them, not {v!r}")
+        if v > MAX_LENGTH:
+            shown = repr(v) if len(repr(v)) <= 24 else f"a {len(str(int(v)))}-digit number"
+            raise BadRow("wrong_type", f"{field!r} is {shown}, more tokens than any output has "
+                                       f"(at most {MAX_LENGTH:,})")
         return int(v)
 
     if isinstance(value, list):

@@ -19,9 +19,12 @@ HUB_ID = "lmsys/lmsys-chat-1m"
 
 
 def _flagged(moderation: Any) -> bool:
-    if moderation is None:
+    if moderation is MISSING:
         raise BadRow("missing_field", "missing field 'openai_moderation' (needed by "
                                       "dataset.drop_flagged)")
+    if moderation is None:
+        raise BadRow("null_field", "field 'openai_moderation' is null (needed by "
+                                   "dataset.drop_flagged)")
     if not isinstance(moderation, list) or not all(isinstance(m, dict) for m in moderation):
         raise BadRow("wrong_type", "'openai_moderation' must be a list of objects")
     return any(bool(m.get("flagged")) for m in moderation)
@@ -46,16 +49,18 @@ def lmsys_source(path: str | None = None, hub_id: str | None = HUB_ID,
 
     def to_prompts(row: dict) -> Iterable[RawPrompt | Rejected]:
         if languages is not None:
-            lang = row.get("language")
-            if lang is None:
+            lang = row.get("language", MISSING)
+            if lang is MISSING:
                 raise BadRow("missing_field", "missing field 'language' (needed by "
                                               "dataset.language)")
+            if lang is None:
+                raise BadRow("null_field", "field 'language' is null (needed by dataset.language)")
             if not isinstance(lang, str):
                 raise BadRow("wrong_type", f"'language' must be text, not {type(lang).__name__}")
             if lang not in languages:
                 return [Rejected("language", "", f"language {lang!r} not in "
                                                  f"{sorted(languages)}", bad=False)]
-        if drop_flagged and _flagged(row.get("openai_moderation")):
+        if drop_flagged and _flagged(row.get("openai_moderation", MISSING)):
             return [Rejected("moderation", "", "flagged by openai_moderation", bad=False)]
         meta = {k: row[k] for k in ("conversation_id", "model", "language", "redacted")
                 if isinstance(row.get(k), str | bool)}
