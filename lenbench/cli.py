@@ -24,7 +24,8 @@ from rich.table import Table
 from lenbench.data.sources.reading import SourceError
 from lenbench.validate import ConfigError, check_config
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# the configs ship inside the package (the repository's top-level conf/ links here)
+CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 # Errors that mean "fix the command or the input": one line each and exit status 2, no traceback.
 USER_ERRORS = (ConfigError, SourceError)
 log = logging.getLogger("lenbench")

@@ -104,7 +104,7 @@ def model_folder(name_or_path: str, cache_dir: str | Path) -> str:
         return str(name_or_path)
     from omegaconf import OmegaConf
 
-    preset = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{name_or_path}.yaml"
+    preset = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{name_or_path}.yaml"
     if not preset.exists():
         raise ValueError(f"{name_or_path!r} is neither a folder nor a preset in conf/model/")
     return resolve_model(OmegaConf.to_container(OmegaConf.load(preset)), cache_dir)[0]

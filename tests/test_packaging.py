@@ -1,0 +1,33 @@
+"""A non-editable install carries the Hydra configs: the wheel holds every YAML of conf/."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_every_config(tmp_path: Path) -> None:
+    src = tmp_path / "src"  # a copy of what the wheel is built from: nothing is written in REPO
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "lenbench", "baselines"):
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
+        copy(REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                        if (REPO / name).is_dir() else {}))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(tmp_path), str(src)], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = next(tmp_path.glob("lenbench-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {n.removeprefix("lenbench/conf/") for n in names if n.startswith("lenbench/conf/")}
+    expected = {str(p.relative_to(REPO / "lenbench" / "conf"))
+                for p in (REPO / "lenbench" / "conf").rglob("*.yaml")}
+    assert expected and expected <= shipped
+    assert "lenbench/cli.py" in names and "baselines/outlets.py" in names
