@@ -222,12 +222,14 @@ def noise_floor_result(world: World, cfg: dict,
 
     `static` scores the pessimistic leave-one-out rule (each sample predicted by the median of its
     prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`). It is
-    scored on prompts with at least two samples only, which `static.n` records. `seed` is
+    scored on the uncensored rows of prompts with at least two of them, which `static.n` records. `seed` is
     ignored: the reference does not depend on the predictors' seed, so a sweep writes it once.
     """
     ev = cfg.get("eval", {})
     _, _, test = views(world)
-    true, groups = test.lengths, test.group_ids
+    # a censored length is only a lower bound: the floor is estimated on the exact ones
+    exact = ~world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
+    true, groups = test.lengths[exact], test.group_ids[exact]
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None  # one sample per prompt: nothing to estimate from

@@ -26,6 +26,22 @@ def labels_fingerprint(labels: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
+FINGERPRINT_FILE = "fingerprint.txt"
+
+
+def stage_fingerprint(folder: str | Path) -> str:
+    """`arrays_fingerprint` of a finished stage, computed once and kept beside its arrays (a
+    features stage at full scale holds gigabytes; rereading them every run would cost minutes)."""
+    from lenbench.stages import atomic_write_bytes
+
+    path = Path(folder) / FINGERPRINT_FILE
+    if path.exists():
+        return path.read_text().strip()
+    value = arrays_fingerprint(folder)
+    atomic_write_bytes(path, value.encode())
+    return value
+
+
 def arrays_fingerprint(folder: str | Path) -> str:
     """sha256 over the names and bytes of the `.npy` arrays under `folder` (a features stage;
     its meta.json, which records timings, is left out)."""

@@ -226,6 +226,8 @@ def _row_cells(row: _Row) -> list[str]:
         name = f"*{name}* (ref)"
     if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
         name += " †"
+    if any((r.get("causality") or {}).get("passed") is False for r in row.results):
+        name += " (non-causal)"  # lenbench.causality: its dynamic estimates read the future
     if isinstance(bounds, dict) and _is_num(bounds.get("in_sample")):
         mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
         interval = bounds.get("interval")
@@ -937,7 +939,7 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
         n_test = (row.results[0].get("dataset") or {}).get("n_test")
         if _is_num(bounds.get("n")) and bounds["n"] != n_test:
             notes.append(f"*{row.label}* is scored on {bounds['n']} of the {n_test} test rows "
-                         f"({bounds['n_prompts']} prompts with at least two samples).")
+                         f"(the uncensored rows of {bounds['n_prompts']} prompts with at least two of them).")
     return [line for note in notes for line in (note, "")]
 
 

@@ -31,7 +31,7 @@ from lenbench.data.promptset import (
 )
 from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
-from lenbench.fingerprints import arrays_fingerprint, labels_fingerprint
+from lenbench.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
@@ -113,7 +113,8 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     known = known_lengths(prompts)
     if known is not None:  # label import: no target model is loaded, trained or converted
         _check_import_needs(ds, need_features, needs or [])
-        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, cfg, progress)
+        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, cfg, progress,
+                                             ds_card)
         target, target_path = None, None
         model_name = ds.get("model_name") or UNNAMED_MODEL
     else:
@@ -175,7 +176,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
     """What the results of this world were scored on, by content (not by config)."""
     return {"labels": labels_fingerprint(labels),
-            "features": None if feat_stage is None else arrays_fingerprint(feat_stage.path)}
+            "features": None if feat_stage is None else stage_fingerprint(feat_stage.path)}
 
 
 CENSORED_WARN_SHARE = 0.2
@@ -254,7 +255,10 @@ def world_name(ds: dict, imported: bool) -> str:
     """An imported trace is named by its file (trace.jsonl -> trace), so two traces never share
     a leaderboard section; a generated world keeps the dataset preset's name."""
     if imported and ds.get("path"):
-        return Path(str(ds["path"])).expanduser().name.split(".")[0] or str(ds["name"])
+        name = Path(str(ds["path"])).expanduser().name
+        for suffix in (".jsonl", ".ndjson", ".json", ".csv", ".parquet"):
+            name = name.removesuffix(suffix)
+        return name or str(ds["name"])
     return str(ds["name"])
 
 
@@ -297,8 +301,18 @@ def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool):
     return AutoTokenizer.from_pretrained(str(name)), {"tokenizer": str(name)}
 
 
+def _warn_duplicate_lengths(ds_card: dict, path: object) -> None:
+    """A trace written one line per sample repeats its prompts; the PromptSet keeps the first
+    line of each and drops the rest, lengths included: say so, with the way out."""
+    n = int((ds_card.get("dropped") or {}).get("duplicate") or 0)
+    if n:
+        log.warning("%d rows of %s repeat an earlier prompt and were dropped with their "
+                    "lengths; give several samples of one prompt as a list (\"length\": [a, b])",
+                    n, path)
+
+
 def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: dict,
-                  progress: bool) -> tuple[Stage, str]:
+                  progress: bool, ds_card: dict) -> tuple[Stage, str]:
     """Label import: the source already knows each prompt's length, so nothing is generated.
 
     Prompts the file gives no length for are counted, listed in the card and dropped, loudly.
@@ -307,10 +321,12 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     ds = dict(cfg["dataset"])
     template_kwargs = dict(cfg["model"].get("chat_template_kwargs") or {}) \
         if ds.get("tokenizer") == "model" else {}
-    tokenizer_id = ds.get("tokenizer")
+    tokenizer, tok_key = _import_tokenizer(ds, cfg, cache, progress)
+    tokenizer_id = tok_key  # for `model`, the configured model's key: another model, other ids
     model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tokenizer_id})
     key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tokenizer_id,
            "max_length": ds.get("max_length"), "chat_template_kwargs": template_kwargs}
+    _warn_duplicate_lengths(ds_card, ds.get("path"))
     if known.unlabelled:
         log.warning("%d of %d prompts in %s have no length and were dropped (the import card "
                     "lists them)", len(known.unlabelled), len(prompts), ds.get("path"))
@@ -318,7 +334,6 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     with stage.lock():
         if not stage.done:
             with stage.building() as tmp:
-                tokenizer, tok_key = _import_tokenizer(ds, cfg, cache, progress)
                 labelled = prompts[~prompts["prompt_id"].isin(set(known.unlabelled))]
                 labels, card = import_labels(labelled, known.lengths, tokenizer=tokenizer,
                                              template_kwargs=template_kwargs,
@@ -328,7 +343,9 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
                 card.update({
                     "n_prompts_unlabelled": len(known.unlabelled),
                     "unlabelled_prompts": "dropped: the file gives them no length",
-                    "unlabelled_examples": texts.str.slice(0, 60).tolist(),
+                    "unlabelled_examples": texts.str.slice(0, 60).tolist()[:20],
+                    "n_duplicate_rows_dropped": int((ds_card.get("dropped") or {})
+                                                    .get("duplicate") or 0),
                     "model_name": ds.get("model_name"), "tokenizer_key": tok_key,
                     "length_cap": int(declared) if declared is not None else known.largest,
                     "length_cap_from": "dataset.max_length" if declared is not None

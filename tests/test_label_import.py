@@ -81,7 +81,7 @@ def test_import_without_tokenizer_and_with_explicit_lengths(tmp_path: Path) -> N
     assert card["prompt_token_ids"].startswith("no tokenizer named") and card["tokenizer"] is None
     with pytest.raises(ValueError, match="1 of 2 prompts have no known length"):
         import_labels(prompts, {pid[0]: 3})
-    with pytest.raises(ValueError, match="non-negative integers"):
+    with pytest.raises(ValueError, match="positive integers"):
         import_labels(prompts, {pid[0]: 3, pid[1]: -2})
 
 

@@ -48,7 +48,6 @@ def test_a_trace_imports_without_any_model(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     # no model stage of any kind was built: nothing was trained, converted or loaded
     assert sorted(p.name for p in cache.iterdir()) == ["hydra", "import", "promptset"]  # hydra: logs
-    assert "trained" not in proc.stderr.lower()
     results, problems = load_results(tmp_path / "res")
     assert not problems and len(results) == 3
     by_name = {r["predictor"]["name"]: r for r in results}
@@ -90,3 +89,26 @@ def test_feature_predictors_are_refused_on_a_trace_before_any_model(tmp_path: Pa
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "only text-only predictors" in proc.stderr and "Traceback" not in proc.stderr
     assert not (cache / "toymodel").exists()
+
+
+def test_zero_lengths_and_repeated_prompts_are_said(tmp_path: Path) -> None:
+    """A length of 0 is a counted bad row (a response has at least one token); a prompt repeated
+    on a second line loses that line's length, and the run says so."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, n=60)
+    with trace.open("a") as fh:
+        fh.write(json.dumps({"prompt": "an empty answer", "length": 0}) + "\n")
+        fh.write(json.dumps({"prompt": "Please write a haiku about subject number 0.",
+                             "length": 999}) + "\n")
+    proc = run_lenbench("dataset=jsonl", f"dataset.path={trace}", "predictor=constant",
+                        "sim.enabled=false", f"paths.cache_dir={tmp_path / 'c'}",
+                        f"paths.results_dir={tmp_path / 'res'}",
+                        f"paths.leaderboard_dir={tmp_path / 'board'}", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert "1 rows of" in log and "repeat an earlier prompt" in log
+    (card,) = (tmp_path / "c" / "promptset").glob("*/card.json")
+    dropped = json.loads(card.read_text())["dropped"]
+    assert dropped == {"duplicate": 1, "wrong_type": 1}
+    result = json.loads(next((tmp_path / "res").rglob("*.json")).read_text())
+    assert result["config"]["generation"]["max_new_tokens"] == 800  # not the dropped 999

@@ -81,7 +81,7 @@ def test_paired_difference_to_the_reference(tmp_path: Path) -> None:
 
 def test_results_on_other_labels_are_kept_apart(tmp_path: Path) -> None:
     """The same config scored on two builds of the labels: two files, two tables."""
-    true, ids, rng = world()
+    true, ids, _ = world()
     a = result("mlp_probe", true, true + 3, ids, fingerprint="a" * 16)
     b = result("mlp_probe", true + 1, true + 9, ids, fingerprint="b" * 16)
     legacy = result("constant", true, np.full(true.size, 200.0), ids, fingerprint=None)

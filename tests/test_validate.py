@@ -106,7 +106,7 @@ def test_a_file_with_no_usable_row_stops_before_the_model(tmp_path: Path) -> Non
                         f"paths.results_dir={tmp_path / 'res'}", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "no usable prompt among 2 rows read; dropped by reason {'wrong_type': 2}" in proc.stderr
-    assert "str.jsonl:1: 'length' must be a non-negative integer" in proc.stderr
+    assert "str.jsonl:1: 'length' must be a positive integer" in proc.stderr
     assert not (tmp_path / "c" / "model").exists()
 
 

@@ -74,10 +74,10 @@ def word_pieces(text: str) -> list[int]:
 
 def _as_length(value: object, pid: str) -> int:
     ok = isinstance(value, int | float | np.integer | np.floating) and \
-        not isinstance(value, bool) and float(value).is_integer() and value >= 0
+        not isinstance(value, bool) and float(value).is_integer() and value >= 1
     if not ok:
         raise ValueError(f"import_labels: prompt {pid} has length {value!r}; lengths must be "
-                         "non-negative integers")
+                         "positive integers (a response has at least one token)")
     return int(value)
 
 

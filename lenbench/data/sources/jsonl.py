@@ -23,13 +23,15 @@ MAX_LENGTH = 2**31 - 1  # a token count beyond this is no length (and would over
 
 
 def parse_length(value: Any, field: str) -> int | list[int]:
-    """A known output length: a non-negative integer, or a non-empty list of them (samples)."""
+    """A known output length: a positive integer, or a non-empty list of them (samples). Zero is
+    refused: a response has at least one token (lenbench's own lengths count the EOS), and the
+    simulator cannot serve an empty one."""
 
     def one(v: Any) -> int:
         ok = isinstance(v, int | float) and not isinstance(v, bool) and \
-            float(v).is_integer() and v >= 0
+            float(v).is_integer() and v >= 1
         if not ok:
-            raise BadRow("wrong_type", f"{field!r} must be a non-negative integer or a list of "
+            raise BadRow("wrong_type", f"{field!r} must be a positive integer or a list of "
                                        f"them, not {v!r}")
         if v > MAX_LENGTH:
             shown = repr(v) if len(repr(v)) <= 24 else f"a {len(str(int(v)))}-digit number"
