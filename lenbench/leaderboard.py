@@ -46,7 +46,7 @@ LEGEND = (
     "median length, from an optimistic in-sample estimate (the median of all of the prompt's "
     "samples, the row's own included) to a pessimistic leave-one-out one (the median of the "
     "other samples); its interval joins the outer ends of their bootstrap intervals. It is "
-    "scored on the prompts with at least two samples. A prompt-only predictor cannot beat the "
+    "scored on the uncensored rows of prompts with at least two of them. A prompt-only predictor cannot beat the "
     "true floor in expectation; one that reads y_1 (after prefill) knows more than the prompt. "
     "† at step t this predictor reads token y_{t+1} (an EAGLE-3 draft's input), one token more "
     "than a probe on the target's state at n−1+t: its dynamic MAE uses more information."
@@ -228,6 +228,8 @@ def _row_cells(row: _Row) -> list[str]:
         name += " †"
     if any((r.get("causality") or {}).get("passed") is False for r in row.results):
         name += " (non-causal)"  # lenbench.causality: its dynamic estimates read the future
+    if row.kind == "reference" and not isinstance(bounds, dict):
+        name += " (leave-one-out only)"  # recorded before the in-sample bound existed
     if isinstance(bounds, dict) and _is_num(bounds.get("in_sample")):
         mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
         interval = bounds.get("interval")
@@ -909,6 +911,11 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
     """What the reader must know before trusting a row: censored rows, clipped predictions,
     the noise floor's rows, and a test split too small to rank on."""
     notes = []
+    if not any(r.get("fingerprints") for r in ok):
+        notes.append("These results were recorded before lenbench kept label fingerprints and "
+                     "row identities: they cannot be paired (Δ shows —), nor told apart from "
+                     "results scored on other labels, and the markers newer runs record († and "
+                     "non-causal) are missing. Re-run them to get all three.")
     prompts = [int(r["dataset"]["n_test_prompts"]) for r in ok
                if _is_num((r.get("dataset") or {}).get("n_test_prompts"))]
     if prompts and max(prompts) < MIN_RANKING_PROMPTS:

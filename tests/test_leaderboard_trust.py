@@ -110,7 +110,7 @@ def test_one_noise_floor_row_with_its_bounds(tmp_path: Path) -> None:
     rows = table_rows(board)
     floor = rows["*noise_floor* (ref)"]
     assert floor[1] == "12.7 – 18.8" and floor[2] == "[11.0, 21.0]" and floor[-1] == "1"
-    assert "*noise_floor* is scored on 70 of the 80 test rows (35 prompts" in board
+    assert "*noise_floor* is scored on 70 of the 80 test rows (the uncensored rows of 35" in board
 
 
 def test_clipping_and_a_small_split_are_said(tmp_path: Path) -> None:
