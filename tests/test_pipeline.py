@@ -58,8 +58,11 @@ def test_default_suite_writes_one_valid_result_each(results):
         assert r["dataset"]["name"] == "toyworld" and r["model"]["name"] == "toy_tiny"
         assert r["seed"] == 0
         assert r["kind"] == ("reference" if name == "noise_floor" else "predictor")
-        # deterministic path: dataset/model/predictor/config-hash.json
-        assert r["_path"].parts[-4:] == ("toyworld", "toy_tiny", name, f"{r['config_hash']}.json")
+        # deterministic path: dataset/model/predictor/<config hash>-<labels fingerprint>.json
+        fingerprint = r["fingerprints"]["labels"]
+        assert len(fingerprint) == 16 and r["fingerprints"]["features"]
+        assert r["_path"].parts[-4:] == ("toyworld", "toy_tiny", name,
+                                         f"{r['config_hash']}-{fingerprint[:8]}.json")
         assert r["config"]["generation"]["max_new_tokens"] == 64
         assert r["config"]["dataset"]["n_prompts"] == 40
         m = r["metrics"]["static"]
@@ -120,8 +123,10 @@ def test_leaderboard_lists_every_row(e2e: E2ERun, results):
     for name in SUITE:
         mae = results[name][0]["metrics"]["static"]["mae"]
         assert any(ln.startswith(f"| {name} | {mae:.1f} |") for ln in rows), name
-    nf = results["noise_floor"][0]["metrics"]["static"]["mae"]
-    assert any(ln.startswith(f"| *noise_floor* (ref) | {nf:.1f} |") for ln in rows)
+    bounds = results["noise_floor"][0]["metrics"]["noise_floor"]
+    floor = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
+    assert any(ln.startswith(f"| *noise_floor* (ref) | {floor} |") for ln in rows)
+    assert bounds["in_sample"] < bounds["leave_one_out"]
     assert "5 ok, 0 failed" in board
     assert list(e2e.leaderboard_dir.glob("*.png"))
 
