@@ -1,0 +1,17 @@
+"""Results folder -> leaderboard: markdown tables per (dataset, model) and PNG plots beside them.
+
+The leaderboard is a pure function of the results folder: no clock, no absolute path
+and no machine state goes into README.md, and everything is sorted, so rebuilding from the same
+folder gives byte-identical markdown and a diff of the leaderboard is a diff of the results.
+Failed runs and unreadable files are listed, never dropped, so missing coverage stays visible.
+Per (dataset, model), "Predictor details" shows what each predictor reported about itself
+(`Predictor.report()`: flat entries, a speculative-decoding table) and every dynamic predictor's
+MAE by observed steps; a report's ``row_labels`` name its rows in the main table.
+"""
+
+from __future__ import annotations
+
+from lenbench.leaderboard.document import build_leaderboard, main
+from lenbench.leaderboard.plots import _save_png as _save_png  # tests/test_results.py
+
+__all__ = ["build_leaderboard", "main"]

@@ -1,0 +1,251 @@
+"""The "Scheduling" section: simulator scores pooled over seeds, beside the baseline, oracle
+and constant references; its own idea with its own statistics."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from lenbench.leaderboard.rows import DASH, _cell, _is_num, _num, _params_key, _table
+
+
+def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
+    """The headline entry of the predictor itself (not baseline/oracle/constant)."""
+    refs = ("baseline", "oracle", "constant")
+    rows = [h for h in sched.get("headline") or [] if h.get("row") not in refs]
+    return rows[0] if rows else None
+
+
+_SCHED_REFS = ("baseline", "oracle", "constant")
+_SCHED_CHANGES = (("e2e_mean_short", "Short mean"), ("e2e_p90_short", "Short P90"),
+                  ("e2e_p99_short", "Short P99"), ("e2e_mean_long", "Long mean"),
+                  ("e2e_p99_long", "Long P99"))
+_SCHED_HEADER = ["Predictor", "Score [95% CI]", *(label for _, label in _SCHED_CHANGES),
+                 "Kendall τ", "Runs"]
+_SCORE_METRIC_TEXT = {
+    "e2e_mean_short": "the mean end-to-end latency of short requests",
+    "e2e_p90_short": "the P90 end-to-end latency of short requests",
+    "e2e_p99_short": "the P99 end-to-end latency of short requests",
+    "e2e_mean_all": "the mean end-to-end latency of all requests",
+}
+# One predictor seed's scheduling record as the table reads it: the row's headline entry,
+# that record's reference entries by row name, and its simulator seeds.
+_SchedRun = tuple[dict[str, Any], dict[str, dict[str, Any]], list[Any]]
+
+
+def _sched_refs(sched: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The reference entries (baseline, oracle, constant) of one scheduling record by row."""
+    return {h["row"]: h for h in sched.get("headline") or [] if h.get("row") in _SCHED_REFS}
+
+
+def _sched_scored(sched: dict[str, Any]) -> bool:
+    """Whether a record carries the same-dispatcher score with per-seed figures (records of
+    older simulators compared lb+sjf against rr+fcfs and cannot be pooled)."""
+    heads = sched.get("headline") or []
+    return (bool(sched.get("score_metric")) and bool(heads)
+            and all(isinstance(h.get("per_seed"), dict) for h in heads)
+            and {"baseline", "oracle"} <= {h.get("row") for h in heads})
+
+
+def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any] | None]:
+    """Score and changes against the baseline pooled over predictor seeds.
+
+    Per-seed figures form predictor seeds x simulator seeds matrices; the score is the mean
+    gain over the baseline divided by the oracle's mean gain (`sim.evaluate.score_interval`)
+    and a change is mean(row) / mean(baseline) - 1, each with its 95% t-interval on the
+    linearised ratio (`sim.metrics.ratio_interval`). Runs on different simulator seeds cannot
+    be paired: everything is then None.
+    """
+    import numpy as np
+
+    from lenbench.sim.evaluate import score_interval
+    from lenbench.sim.metrics import ratio_interval
+
+    keys = [metric, *(key for key, _ in _SCHED_CHANGES)]
+    out: dict[str, dict[str, Any] | None] = dict.fromkeys(["score", *keys])
+    if any(list(seeds) != list(runs[0][2]) for _, _, seeds in runs):
+        return out
+
+    def matrix(ref: str | None, key: str) -> Any:
+        vals = [(entry if ref is None else refs[ref])["per_seed"].get(key)
+                for entry, refs, _ in runs]
+        if any(not isinstance(v, list) for v in vals) or len({len(v) for v in vals}) != 1:
+            return None
+        return np.array([[np.nan if x is None else float(x) for x in v] for v in vals])
+
+    base, row, best = matrix("baseline", metric), matrix(None, metric), matrix("oracle", metric)
+    if base is not None and row is not None and best is not None and base.shape[1]:
+        out["score"] = score_interval(base - row, base - best, base.mean(axis=0))
+    for key, _ in _SCHED_CHANGES:
+        base, row = matrix("baseline", key), matrix(None, key)
+        if base is not None and row is not None and base.shape[1]:
+            out[key] = ratio_interval(row - base, base)
+    return out
+
+
+def _sched_score_text(score: dict[str, Any] | None) -> str:
+    if not score or score.get("value") is None:
+        return DASH
+    text = f"{100 * score['value']:.0f}%"
+    lo, hi = score.get("ci95_low"), score.get("ci95_high")
+    if _is_num(lo) and _is_num(hi):
+        text += f" [{100 * lo:.0f}, {100 * hi:.0f}]"
+    return text
+
+
+def _sched_run_scored(run: _SchedRun) -> bool:
+    entry, refs, _ = run
+    return (isinstance(entry.get("per_seed"), dict) and "baseline" in refs and "oracle" in refs
+            and all(isinstance(refs[r].get("per_seed"), dict) for r in ("baseline", "oracle")))
+
+
+def _sched_stats(runs: list[_SchedRun], metric: str | None) -> dict[str, dict[str, Any] | None]:
+    """`_sched_pooled` over the runs that carry per-seed figures (all None if there are none)."""
+    scored = [run for run in runs if _sched_run_scored(run)]
+    if not scored or not metric:
+        return dict.fromkeys(["score", *(key for key, _ in _SCHED_CHANGES)])
+    return _sched_pooled(scored, metric)
+
+
+def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[str]:
+    """One table row. The baseline shows absolute seconds; every other row its score with
+    the interval and its changes against the baseline, pooled over its runs (predictor
+    seeds) that carry the same-dispatcher score, and their number (all runs if none does)."""
+    entry = runs[0][0]
+    taus = [e["kendall_tau"] for e, _, _ in runs
+            if _is_num(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
+    tau = _num(statistics.fmean(taus), 3) if taus else DASH
+    if entry.get("row") == "baseline":
+        secs = [DASH if not _is_num(entry.get(key)) else f"{entry[key]:,.2f} s"
+                for key, _ in _SCHED_CHANGES]
+        return [name, DASH, *secs, DASH, str(len(runs))]
+    stats = _sched_stats(runs, metric)
+    changes = []
+    for key, _ in _SCHED_CHANGES:
+        change = stats.get(key)
+        value = None if change is None else change.get("value")
+        changes.append(DASH if value is None else f"{100 * value:+.0f}%")
+    n_scored = sum(_sched_run_scored(run) for run in runs)
+    return [name, _sched_score_text(stats.get("score")), *changes, tau,
+            str(n_scored or len(runs))]
+
+
+def _sched_intro(first: dict[str, Any]) -> str:
+    """The simulated setting (load, arrivals, seeds, cluster, classes) of a scored record."""
+    cfg = first.get("config") or {}
+    cv = cfg.get("arrival_cv")
+    arrivals = ("Poisson arrivals" if cv == 1 else
+                f"gamma arrivals (cv {cv:g})" if _is_num(cv) else "arrivals as configured")
+    load = first.get("load_factor")
+    return (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
+            f"requests drawn from the test rows per simulator seed, simulator seeds "
+            f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
+            f"{_num(load, 2) if _is_num(load) else DASH} of the estimated saturation rate "
+            f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
+            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
+            f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
+            f">= {_num(first.get('long_threshold'), 0)} tokens.")
+
+
+def _sched_caption(first: dict[str, Any]) -> str:
+    """What the score is: its latency figure, baseline, policy, guard, dispatch and interval."""
+    cfg = first.get("config") or {}
+    metric = str(first.get("score_metric"))
+    dispatch = ("balances on each run's predictions, so the score also credits "
+                "prediction-driven dispatch" if cfg.get("dispatch_uses_predictions") else
+                "does not read predictions, so runs differ in queue order only")
+    return (
+        f"Score = (baseline − predictor) / (baseline − oracle) of "
+        f"{_SCORE_METRIC_TEXT.get(metric, metric)}: the baseline is "
+        f"{first.get('baseline_policy')} (the same dispatcher with an FCFS queue); the "
+        f"predictor, the oracle (true lengths) and the constant row (one value for all) run "
+        f"{first.get('policy')} (SJF by predicted length, ties by arrival) with starvation "
+        f"guard {first.get('starvation')}; dispatch {dispatch}. A constant predictor therefore "
+        f"scores exactly 0% and the oracle exactly 100%; above 100% beats SJF on true "
+        f"lengths, below 0% is harm. Numerator and denominator are means over the simulator "
+        f"seeds (paired: one draw per seed serves every row) and over the predictor's seeds "
+        f"(Runs). 95% CI: Student-t interval on the linearised ratio (delta method) with the "
+        f"variance over simulator seeds, plus the variance over predictor seeds where there "
+        f"are several (Welch-Satterthwaite degrees of freedom). Short/Long columns: change of "
+        f"the mean, P90 and P99 end-to-end latency of short and long requests against the "
+        f"baseline, ratio of seed means (the baseline row gives seconds).")
+
+
+def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
+                        written: set[Path], title: str) -> list[str]:
+    """Scheduling outcomes from the simulator: each predictor's score (the share of the
+    oracle's latency gain over the same dispatcher with FCFS) with its interval and its
+    short- and long-request changes, beside the baseline, oracle and constant rows."""
+    with_sched = sorted((r for r in results if isinstance(r.get("scheduling"), dict)
+                         and r.get("kind") == "predictor"),
+                        key=lambda r: (r["predictor"]["name"], r["seed"], r.get("_source", "")))
+    if not with_sched:
+        return []
+    newest: dict[tuple[str, str, Any], dict[str, Any]] = {}  # reruns supersede, as above
+    for r in sorted(with_sched, key=lambda r: (str(r.get("created_at")), r.get("_source", ""))):
+        newest[(r["predictor"]["name"], _params_key(r), r["seed"])] = r
+    keep = {id(r) for r in newest.values()}
+    with_sched = [r for r in with_sched if id(r) in keep]
+    scored = [r for r in with_sched if _sched_scored(r["scheduling"])]
+    n_old = len(with_sched) - len(scored)
+    old_note = (f"{n_old} predictor result(s) were simulated before this score existed (their "
+                "baseline was rr+fcfs and per-seed figures were not kept): re-run them to "
+                "score them.")
+    if not scored:
+        return ["### Scheduling", "", old_note, ""]
+    # One table, one simulated setting (the most common, then the newest): records of another
+    # sim config or other simulator seeds are counted, not pooled.
+    def setting(r: dict[str, Any]) -> str:
+        return repr((r["scheduling"].get("config"), r["scheduling"].get("seeds")))
+
+    counts: dict[str, int] = defaultdict(int)
+    for r in scored:
+        counts[setting(r)] += 1
+    main = max(scored, key=lambda r: (counts[setting(r)], str(r.get("created_at")),
+                                      r.get("_source", "")))
+    first = main["scheduling"]
+    other = {id(r) for r in scored if setting(r) != setting(main)}
+    with_sched = [r for r in with_sched if id(r) not in other]
+    scored = [r for r in scored if id(r) not in other]
+    metric = first.get("score_metric")
+    refs = _sched_refs(first)
+    seeds = list(first.get("seeds") or [])
+    by_name: dict[str, list[_SchedRun]] = defaultdict(list)
+    for r in with_sched:
+        sched = r["scheduling"]
+        entry = _predictor_row(sched)
+        if entry is not None:
+            by_name[r["predictor"]["name"]].append((entry, _sched_refs(sched),
+                                                    list(sched.get("seeds") or [])))
+    body = [_sched_cells(f"*{name}* (ref)", [(refs[name], refs, seeds)], metric)
+            for name in _SCHED_REFS if name in refs]
+
+    def order(name: str) -> tuple[float, str]:
+        score = _sched_stats(by_name[name], metric)["score"]
+        value = None if score is None else score.get("value")
+        return (-value if _is_num(value) else math.inf, name)
+
+    body += [_sched_cells(_cell(name), by_name[name], metric)
+             for name in sorted(by_name, key=order)]
+    lines = ["### Scheduling", "", _sched_intro(first), "",
+             _table(_SCHED_HEADER, [":---"] + ["---:"] * (len(_SCHED_HEADER) - 1), body), "",
+             _sched_caption(first), ""]
+    if n_old:
+        lines += [old_note + f" They are left out of the scores and Runs (a predictor with no "
+                  f"other result shows {DASH}).", ""]
+    if other:
+        lines += [(f"{len(other)} predictor result(s) simulated with another sim configuration "
+                   "or other simulator seeds than the one above are not shown."), ""]
+    plot = out_dir / f"{stem}-sched-quality.png"
+    try:
+        from lenbench.sim.plots import plot_score_vs_quality
+
+        plot_score_vs_quality([r["scheduling"] for r in scored], plot)
+        written.add(plot)
+        lines += [f"![Scheduling score vs Kendall tau, {title}]({plot.name})", ""]
+    except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
+        lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
+    return lines
