@@ -287,18 +287,18 @@ def label_import_cap(cfg: dict) -> int | None:
     return int(declared) if declared is not None else known.largest
 
 
-def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool):
-    """(tokenizer or None, its identity for the stage key). `dataset.tokenizer=model` uses the
-    configured model's tokenizer (building or converting that model if needed)."""
+def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool
+                      ) -> tuple[str | None, dict | None]:
+    """(where to load the tokenizer from, its identity for the stage key), or (None, None).
+    `dataset.tokenizer=model` uses the configured model's tokenizer (building or converting that
+    model if needed); the tokenizer itself is loaded only when the stage is built."""
     name = ds.get("tokenizer")
     if name is None:
         return None, None
-    from transformers import AutoTokenizer
-
     if name == "model":
         path, key = resolve_model(dict(cfg["model"]), cache, progress=progress)
-        return AutoTokenizer.from_pretrained(path), {"model": key}
-    return AutoTokenizer.from_pretrained(str(name)), {"tokenizer": str(name)}
+        return path, {"model": key}
+    return str(name), {"tokenizer": str(name)}
 
 
 def _warn_duplicate_lengths(ds_card: dict, path: object) -> None:
@@ -321,10 +321,10 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     ds = dict(cfg["dataset"])
     template_kwargs = dict(cfg["model"].get("chat_template_kwargs") or {}) \
         if ds.get("tokenizer") == "model" else {}
-    tokenizer, tok_key = _import_tokenizer(ds, cfg, cache, progress)
-    tokenizer_id = tok_key  # for `model`, the configured model's key: another model, other ids
-    model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tokenizer_id})
-    key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tokenizer_id,
+    tokenizer_path, tok_key = _import_tokenizer(ds, cfg, cache, progress)
+    # for `model`, the configured model's key: another model, other prompt ids
+    model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tok_key})
+    key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tok_key,
            "max_length": ds.get("max_length"), "chat_template_kwargs": template_kwargs}
     _warn_duplicate_lengths(ds_card, ds.get("path"))
     if known.unlabelled:
@@ -334,6 +334,11 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     with stage.lock():
         if not stage.done:
             with stage.building() as tmp:
+                tokenizer = None
+                if tokenizer_path is not None:
+                    from transformers import AutoTokenizer
+
+                    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
                 labelled = prompts[~prompts["prompt_id"].isin(set(known.unlabelled))]
                 labels, card = import_labels(labelled, known.lengths, tokenizer=tokenizer,
                                              template_kwargs=template_kwargs,
