@@ -228,10 +228,9 @@ def dynamic_metrics(
     n_rows = lengths.size
 
     # Per-request mean error, then per-prompt totals of those means for the bootstrap.
-    r_sum = np.bincount(step_row, weights=abs_err, minlength=n_rows)
-    r_cnt = np.bincount(step_row, minlength=n_rows)
-    scored = r_cnt > 0
-    r_mean = r_sum[scored] / r_cnt[scored]
+    per_request = _request_means(step_row, abs_err, n_rows)
+    scored = np.isfinite(per_request)
+    r_mean = per_request[scored]
     r_gid = gid[scored]
     g_sum = np.bincount(r_gid, weights=r_mean)
     g_cnt = np.bincount(r_gid).astype(np.float64)
@@ -307,6 +306,12 @@ def observed_step_grid(max_t: int) -> list[int]:
     return grid
 
 
+def _rows_by_group(gid: np.ndarray) -> list[np.ndarray]:
+    """The row indices of each group (0..G-1 ids), one array per group."""
+    order = np.argsort(gid, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(gid[order])) + 1)
+
+
 def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Predict each sample by the median length of the *other* samples of its prompt.
 
@@ -317,9 +322,7 @@ def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarr
     lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
     gid = _group_ids(groups, lengths.size, "noise_floor_predictions")
     out = np.full(lengths.size, np.nan)
-    order = np.argsort(gid, kind="stable")
-    bounds = np.flatnonzero(np.diff(gid[order])) + 1
-    for rows in np.split(order, bounds):
+    for rows in _rows_by_group(gid):
         k = rows.size
         if k < 2:
             continue
@@ -333,8 +336,7 @@ def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarr
 def _per_prompt_median(lengths: np.ndarray, gid: np.ndarray) -> np.ndarray:
     """Each row's prompt median, the row itself included."""
     out = np.empty(lengths.size)
-    order = np.argsort(gid, kind="stable")
-    for rows in np.split(order, np.flatnonzero(np.diff(gid[order])) + 1):
+    for rows in _rows_by_group(gid):
         out[rows] = np.median(lengths[rows])
     return out
 
@@ -400,7 +402,12 @@ def request_errors(step_row: np.ndarray, step_t: np.ndarray, lengths: np.ndarray
     cens = np.zeros(lengths.size, bool) if censored is None else np.asarray(censored, bool)
     err = np.abs(censored_error(np.asarray(pred_remaining, dtype=np.float64).reshape(-1),
                                 remaining, cens[step_row]))
-    total = np.bincount(step_row, weights=err, minlength=lengths.size)
-    count = np.bincount(step_row, minlength=lengths.size)
+    return _request_means(step_row, err, lengths.size)
+
+
+def _request_means(step_row: np.ndarray, step_err: np.ndarray, n_rows: int) -> np.ndarray:
+    """Mean of `step_err` per request (row), NaN for a request with no step."""
+    total = np.bincount(step_row, weights=step_err, minlength=n_rows)
+    count = np.bincount(step_row, minlength=n_rows)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
