@@ -2,7 +2,8 @@
 
 A predictor declares what it needs (`Needs`), learns from the train split, and predicts total
 output tokens for every row of a split. The harness, not the predictor, loads data, extracts and
-caches features, seeds, times and scores. Dynamic predictors also implement `predict_remaining`.
+caches features, seeds, times and scores. Dynamic predictors also implement `predict_remaining`;
+distributional ones `predict_distribution` (and `predict_remaining_distribution`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from lenbench.distributions import LengthDistribution
     from lenbench.inputs import SplitView, StaticView
 
 ROLES = ("low", "mid", "high", "last")
@@ -103,6 +105,17 @@ class Predictor(abc.ABC):
         causal: the value at step t may read the response up to y_{t+1}, no further)."""
         raise NotImplementedError
 
+    def predict_distribution(self, split: StaticView | SplitView) -> LengthDistribution:
+        """Optional: the predicted distribution of total output tokens, one per row of `split`
+        (the static view), as quantiles or a histogram (lenbench/distributions.py). Scored by
+        pinball loss, interval coverage and width, and CRPS beside the point estimate."""
+        raise NotImplementedError
+
+    def predict_remaining_distribution(self, split: SplitView) -> LengthDistribution:
+        """Optional: the predicted distribution of remaining tokens at each step of
+        `split.steps` (same causality rule as `predict_remaining`)."""
+        raise NotImplementedError
+
     def predict_variants(self, split: StaticView | SplitView) -> dict[str, np.ndarray]:
         """Other decodings of the same model (e.g. bin centre vs expectation), scored alongside."""
         return {}
@@ -111,6 +124,17 @@ class Predictor(abc.ABC):
     def dynamic(self) -> bool:
         """True when the subclass overrides `predict_remaining`."""
         return type(self).predict_remaining is not Predictor.predict_remaining
+
+    @property
+    def distributional(self) -> bool:
+        """True when the subclass overrides `predict_distribution`."""
+        return type(self).predict_distribution is not Predictor.predict_distribution
+
+    @property
+    def dynamic_distributional(self) -> bool:
+        """True when the subclass overrides `predict_remaining_distribution`."""
+        return (type(self).predict_remaining_distribution
+                is not Predictor.predict_remaining_distribution)
 
     def num_parameters(self) -> int | None:
         """Trainable parameter count, reported in the results (None when not meaningful)."""
