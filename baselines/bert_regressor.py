@@ -26,7 +26,7 @@ from lenbench.progress import ProgressLog
 from lenbench.training import count_parameters
 
 PREDICT_BATCH = 64  # prompts per forward in predict()
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 class _FitLog(ProgressLog):

@@ -39,7 +39,7 @@ from lenbench.outlets.train import (
 )
 from lenbench.outlets.vocab import build_draft_vocab
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 VARIANTS = ("outlets", "lp_only", "sd_only", "no_decoder")
 INFERRED = {  # choices the paper leaves open, recorded in every result (README: OUTLETS)
     "fusion_layers": "hs[2], hs[L//2], hs[L-3] (EAGLE-3 code; the paper writes N-2 at the top)",

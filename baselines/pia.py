@@ -27,7 +27,7 @@ import torch
 from lenbench import Needs, Predictor
 from lenbench.generation.runner import render_prompt
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 SUFFIX = ("\n\nBefore responding to the above instruction, you have to predict the length of "
           "your response. Print the estimated number of {unit} in your response in the first "

@@ -25,7 +25,7 @@ import numpy as np
 from baselines.soft_bins import SoftBinRegressor
 from lenbench import Needs, Predictor
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 class PLP(Predictor):

@@ -52,7 +52,7 @@ import torch
 from lenbench.inputs import SplitView
 from lenbench.predictor import Predictor
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 class _MemoryStore:

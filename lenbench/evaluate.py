@@ -38,7 +38,7 @@ from lenbench.results import (
     write_result,
 )
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

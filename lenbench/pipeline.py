@@ -41,7 +41,7 @@ from lenbench.predictor import TargetModel
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_samples", "seed",
                    "max_prompt_tokens", "keep_censored", "shard_prompts")

@@ -23,7 +23,7 @@ SPLITS = ("train", "val", "test")
 N_EXAMPLES = 5  # examples per reason shown in the card; every dropped row is in DROPPED_FILE
 DROPPED_FILE = "dropped_rows.jsonl"  # beside card.json: reason, position and excerpt of each drop
 EXCERPT_CHARS = 160
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from lenbench.outlets.losses import (
 )
 from lenbench.outlets.modeling import DraftModel, shift_left
 
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
