@@ -107,11 +107,10 @@ def _numeric_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _dataset_problems(ds: Mapping[str, Any]) -> list[str]:
-    from lenbench.data.promptset import SOURCES, SPLITS, _register_builtin_sources
+    from lenbench.data.promptset import SOURCES, SPLITS
     from lenbench.data.sources.reading import READERS
 
     out = []
-    _register_builtin_sources()
     if ds.get("source") not in SOURCES:
         out.append(f"dataset.source={ds.get('source')!r}: unknown; use one of {sorted(SOURCES)}")
     if ds.get("reader") is not None and ds["reader"] not in READERS:

@@ -14,41 +14,18 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
+from lenbench.data.sources import BUILTIN_SOURCES
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 SPLITS = ("train", "val", "test")
 N_EXAMPLES = 5  # examples per reason shown in the card; every dropped row is in DROPPED_FILE
 DROPPED_FILE = "dropped_rows.jsonl"  # beside card.json: reason, position and excerpt of each drop
 EXCERPT_CHARS = 160
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RawPrompt:
-    """A prompt as a source yields it, before filtering and splitting."""
-
-    text: str
-    family: str = ""
-    meta: dict = field(default_factory=dict)
-    where: str = ""  # "file.jsonl:17": lets the card point at the row behind a drop
-
-
-@dataclass
-class Rejected:
-    """A row a source could not or would not turn into a prompt, so the card can count it.
-
-    `bad` rows are broken input (malformed, wrong types); the others are deliberate filters
-    (language, moderation). Sources yield these instead of skipping rows silently.
-    """
-
-    reason: str
-    where: str
-    message: str
-    bad: bool = True
-    excerpt: str = ""  # the start of the row as read, to find it by eye
 
 
 def shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
@@ -170,19 +147,12 @@ def toyworld_source(n_prompts: int, seed: int) -> Iterable[RawPrompt]:
                                "dataset.n_prompts")
 
 
-SOURCES: dict[str, Callable[..., Iterable[RawPrompt | Rejected]]] = {"toyworld": toyworld_source}
-
-
-def _register_builtin_sources() -> None:
-    """Add the file/hub sources on first use (they import this module, so not at import time)."""
-    from lenbench.data.sources import BUILTIN_SOURCES
-
-    for name, fn in BUILTIN_SOURCES.items():
-        SOURCES.setdefault(name, fn)
+# every source by name; add your own with SOURCES["name"] = fn (fn yields RawPrompt | Rejected)
+SOURCES: dict[str, Callable[..., Iterable[RawPrompt | Rejected]]] = {
+    "toyworld": toyworld_source, **BUILTIN_SOURCES}
 
 
 def load_source(name: str, **kwargs) -> Iterable[RawPrompt | Rejected]:
-    _register_builtin_sources()
     if name not in SOURCES:
         raise KeyError(f"dataset.source={name!r} is unknown; available: {sorted(SOURCES)}")
     return SOURCES[name](**kwargs)
@@ -195,7 +165,6 @@ def source_from_config(ds: Mapping) -> Iterable[RawPrompt | Rejected]:
     (split, min_words, limit, ...) belong to `build_promptset`. `source_args:` (a mapping) is
     passed as is, for user-registered sources with arguments of their own.
     """
-    _register_builtin_sources()
     name = ds["source"]
     if name not in SOURCES:
         raise KeyError(f"dataset.source={name!r} is unknown; available: {sorted(SOURCES)}")

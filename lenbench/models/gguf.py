@@ -141,7 +141,7 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lenbench.generation.runner import eos_token_ids
-    from lenbench.models.loading import DTYPES
+    from lenbench.models.dtypes import DTYPES
 
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import torch
 
+from lenbench.models.dtypes import DTYPES
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage, stable_hash
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_device(name: str) -> str:

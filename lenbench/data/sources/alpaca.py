@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.reading import BadRow, SourceStream, convert, open_records
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 HUB_ID = "tatsu-lab/alpaca"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.reading import MISSING, BadRow
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 TURN_MODES = ("first", "all")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",

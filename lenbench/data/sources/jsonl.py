@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.chat import _text, parse_turns
 from lenbench.data.sources.reading import BadRow, SourceStream, convert, open_records
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 LENGTH_FIELDS = ("length", "output_tokens")
 MAX_LENGTH = 2**31 - 1  # a token count beyond this is no length (and would overflow int64 labels)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.chat import chat_prompts
 from lenbench.data.sources.reading import MISSING, BadRow, SourceStream, convert, open_records
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 HUB_ID = "lmsys/lmsys-chat-1m"
 

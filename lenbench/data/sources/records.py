@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 # warnings keep the logger name they had before the split, which users may filter on
 log = logging.getLogger("lenbench.data.sources.reading")

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lenbench.data.promptset import RawPrompt, Rejected
 from lenbench.data.sources.chat import chat_prompts
 from lenbench.data.sources.reading import (
     MISSING,
@@ -23,6 +22,7 @@ from lenbench.data.sources.reading import (
     open_records,
     package_file,
 )
+from lenbench.data.sources.rows import RawPrompt, Rejected
 
 HUB_ID = "anon8231489123/ShareGPT_Vicuna_unfiltered"
 HUB_FILES = "ShareGPT_V3_unfiltered_cleaned_split.json"
