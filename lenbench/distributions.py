@@ -86,53 +86,59 @@ class LengthDistribution:
         """(n, len(levels)) quantiles at `levels` in [0, 1]."""
         levels = np.clip(np.asarray(levels, dtype=np.float64).reshape(-1), 0.0, 1.0)
         if self.is_histogram:
-            cum = np.concatenate([np.zeros((len(self), 1)), np.cumsum(self.probs, axis=1)], 1)
-            cum[:, -1] = 1.0
-            return np.stack([_interp_rows(np.full(len(self), q), cum, self.edges)
-                             for q in levels], axis=1)
-        return np.stack([np.interp(levels, self.levels, row) for row in self.values])
+            cum = self._cum()
+            return np.stack([_first_reaching(cum, self.edges, q) for q in levels], axis=1) \
+                if levels.size else np.zeros((len(self), 0))
+        # levels shared by every row: each wanted level is one blend of two columns
+        j = np.clip(np.searchsorted(self.levels, levels, side="right") - 1, 0,
+                    max(self.levels.size - 2, 0))
+        if self.levels.size == 1:
+            return np.repeat(self.values, levels.size, axis=1)
+        lo, hi = self.levels[j], self.levels[j + 1]
+        frac = np.clip((levels - lo) / (hi - lo), 0.0, 1.0)
+        return self.values[:, j] + frac * (self.values[:, j + 1] - self.values[:, j])
 
     def cdf(self, x) -> np.ndarray:
         """(n,) P(L <= x_i) for each row's own x_i (a scalar x is shared)."""
         x = np.broadcast_to(np.asarray(x, dtype=np.float64), (len(self),))
+        rows = np.arange(len(self))
         if self.is_histogram:
-            cum = np.concatenate([np.zeros((len(self), 1)), np.cumsum(self.probs, axis=1)], 1)
-            cum[:, -1] = 1.0
-            return np.array([np.interp(xi, self.edges, c) for xi, c in zip(x, cum)])
-        out = np.empty(len(self))
-        for i, (xi, row) in enumerate(zip(x, self.values)):
-            if xi < row[0]:
-                out[i] = 0.0
-            elif xi >= row[-1]:
-                out[i] = 1.0
-            else:  # tied values: the CDF there is the highest of their levels
-                out[i] = np.interp(xi, *_strict(row, self.levels))
+            cum, e = self._cum(), self.edges
+            j = np.clip(np.searchsorted(e, x, side="right") - 1, 0, e.size - 2)
+            frac = np.clip((x - e[j]) / (e[j + 1] - e[j]), 0.0, 1.0)
+            return cum[rows, j] + frac * (cum[rows, j + 1] - cum[rows, j])
+        # j values lie at or below x; tied values: the CDF there is the highest of their levels
+        v, lv = self.values, self.levels
+        j = (v <= x[:, None]).sum(axis=1)
+        inside = (j > 0) & (j < lv.size)
+        out = np.where(j == 0, 0.0, 1.0)
+        k = j[inside] - 1
+        r = rows[inside]
+        lo, hi = v[r, k], v[r, k + 1]
+        out[inside] = lv[k] + (lv[k + 1] - lv[k]) * (x[inside] - lo) / (hi - lo)
         return out
+
+    def _cum(self) -> np.ndarray:
+        """(n, B + 1) CDF at the edges; the last column exactly 1 despite rounding."""
+        cum = np.concatenate([np.zeros((len(self), 1)), np.cumsum(self.probs, axis=1)], 1)
+        cum[:, -1] = 1.0
+        return cum
 
     def mean(self) -> np.ndarray:
         """(n,) expected length (bin midpoints; the quantile function's trapezoid integral)."""
         if self.is_histogram:
             return self.probs @ (0.5 * (self.edges[1:] + self.edges[:-1]))
         grid = np.linspace(0.0, 1.0, 201)
-        return self.quantile(grid).mean(axis=1)
+        return np.trapezoid(self.quantile(grid), grid, axis=1)
 
 
-def _interp_rows(q: np.ndarray, cum: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def _first_reaching(cum: np.ndarray, edges: np.ndarray, q: float) -> np.ndarray:
     """Per row, the x where the piecewise-linear CDF `cum` (over `edges`) first reaches q."""
-    out = np.empty(cum.shape[0])
-    for i, (qi, c) in enumerate(zip(q, cum)):
-        j = int(np.searchsorted(c, qi, side="left"))
-        if j == 0:
-            out[i] = edges[0]
-            continue
-        j = min(j, len(c) - 1)
-        lo, hi = c[j - 1], c[j]
-        frac = 0.0 if hi <= lo else (qi - lo) / (hi - lo)
-        out[i] = edges[j - 1] + frac * (edges[j] - edges[j - 1])
+    j = (cum < q).sum(axis=1)  # the first edge index whose CDF is >= q
+    out = np.full(cum.shape[0], edges[0])
+    inner = j > 0
+    j = np.minimum(j[inner], cum.shape[1] - 1)
+    lo, hi = cum[inner, j - 1], cum[inner, j]
+    frac = np.where(hi > lo, (q - lo) / np.where(hi > lo, hi - lo, 1.0), 0.0)
+    out[inner] = edges[j - 1] + frac * (edges[j] - edges[j - 1])
     return out
-
-
-def _strict(values: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Drop repeated values (keeping the highest level at each) so np.interp sees increasing x."""
-    keep = np.append(np.diff(values) > 0, True)
-    return values[keep], levels[keep]

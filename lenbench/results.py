@@ -13,7 +13,8 @@ contract between a run and everything that reads it later. Shape of a result::
     seed            int
     config_hash     str  (config_hash() of the resolved config, seed included)
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
-                     variants: {name: static_metrics()}}
+                     variants: {name: static_metrics()}, distribution: optional
+                     {static, dynamic} (lenbench.result_distributions)}
     timings         {fit_s, predict_s, predict_ms_per_request, predict_ms_per_step, n_parameters}
     report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
                     references and failed runs; absent in files written before it existed)
@@ -49,19 +50,9 @@ from typing import Any
 
 from lenbench.stages import atomic_write_bytes
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "ResultError",
-    "config_hash",
-    "environment_info",
-    "git_info",
-    "json_safe",
-    "load_results",
-    "result_path",
-    "utc_now",
-    "validate_result",
-    "write_result",
-]
+__all__ = ["SCHEMA_VERSION", "ResultError", "config_hash", "environment_info", "git_info",
+           "json_safe", "load_results", "result_path", "utc_now", "validate_result",
+           "write_result"]
 
 SCHEMA_VERSION = 1
 
@@ -289,6 +280,8 @@ def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
         if len(true) != len(pred):
             raise _fail(source, "predictions", f"has {len(true)} true values but {len(pred)} "
                         "predictions")
+    from lenbench.result_distributions import check_distribution_fields
+    check_distribution_fields(d, source)  # metrics.distribution, predictions.quantiles
     if d.get("scheduling") is not None:
         _check_type(d["scheduling"], "scheduling", source, "object")
     if d.get("report") is not None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lenbench.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.leaderboard.details import _details_section
+from lenbench.leaderboard.distributions import _distributions_section
 from lenbench.leaderboard.plots import PLOT_PREFIX, _progress_plot, _scatter_plot
 from lenbench.leaderboard.rows import (
     _ALIGN,
@@ -209,6 +210,7 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
         written.add(scatter)
         lines += [f"![Predicted vs true length, {title}]({scatter.name})", ""]
 
+    lines += _distributions_section(rows, out_dir, stem, written, title)
     lines += _details_section(rows)
     lines += _scheduling_section(ok, out_dir, stem, written, title)
     return lines

@@ -1,0 +1,58 @@
+"""Validation of the distribution fields of a result file, kept beside the schema in results.py.
+
+A distributional run adds ``metrics.distribution`` ({static, dynamic}, each a
+``distribution_metrics`` summary or null) and, per test row, ``predictions.quantiles`` (one list of
+values at ``predictions.quantile_levels`` per row), ``predictions.crps`` and ``predictions.pit``
+(null for censored rows). The leaderboard reads these, so a broken one is reported by field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lenbench.results import _check_type, _fail, _get, _is_num
+
+_NUMBERS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
+
+
+def _check_summary(m: Any, field: str, source: str) -> None:
+    _check_type(m, field, source, "object")
+    for key in _NUMBERS:
+        _check_type(_get(m, key, source, field), f"{field}.{key}", source, "number")
+        ci = m.get(f"{key}_ci")
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2
+                                   and all(map(_is_num, ci))):
+            raise _fail(source, f"{field}.{key}_ci", f"should be [low, high] or null, got {ci!r}")
+    hist = _get(m, "pit_histogram", source, field)
+    _check_type(hist, f"{field}.pit_histogram", source, "list")
+    if not all(map(_is_num, hist)):
+        raise _fail(source, f"{field}.pit_histogram", "should hold numbers")
+
+
+def check_distribution_fields(d: Mapping[str, Any], source: str) -> None:
+    """Raise ResultError naming the field when a distribution field of an ok result is malformed;
+    results without them (point predictors, older files) pass untouched."""
+    dist = (d.get("metrics") or {}).get("distribution")
+    if dist is not None:
+        _check_type(dist, "metrics.distribution", source, "object")
+        for part in ("static", "dynamic"):
+            if dist.get(part) is not None:
+                _check_summary(dist[part], f"metrics.distribution.{part}", source)
+    preds = d.get("predictions") or {}
+    if "quantiles" not in preds:
+        return
+    n = len(preds.get("true") or [])
+    levels = _get(preds, "quantile_levels", source, "predictions")
+    _check_type(levels, "predictions.quantile_levels", source, "list")
+    quantiles = preds["quantiles"]
+    _check_type(quantiles, "predictions.quantiles", source, "list")
+    if len(quantiles) != n or not all(isinstance(q, list) and len(q) == len(levels)
+                                      and all(map(_is_num, q)) for q in quantiles):
+        raise _fail(source, "predictions.quantiles", f"should hold {n} lists of {len(levels)} "
+                    "numbers (one per test row, one per quantile level)")
+    for key in ("crps", "pit"):
+        values = preds.get(key)
+        if values is not None and (not isinstance(values, list) or len(values) != n
+                                   or not all(v is None or _is_num(v) for v in values)):
+            raise _fail(source, f"predictions.{key}", f"should hold {n} numbers or nulls")
