@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 
 from lenbench.causality import audit_causality
+from lenbench.distribution_metrics import (
+    distribution_metrics,
+    dynamic_distribution_metrics,
+    row_scores,
+    sibling_distributions,
+)
+from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.hygiene import clean_predictions
 from lenbench.inputs import SplitView
 from lenbench.metrics import (
@@ -120,6 +127,20 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     for variant, values in raw_variants.items():
         metrics["variants"][variant] = score(*clean_predictions(
             values, name, f"predict_variants()[{variant!r}]", cap))
+    distribution = None  # the static LengthDistribution, when the predictor has one
+    if predictor.distributional:
+        distribution = _checked(predictor.predict_distribution(test_static), len(test), name,
+                                "predict_distribution", "test rows")
+        metrics["distribution"] = {
+            "static": distribution_metrics(distribution, true, groups, censored, n_boot=n_boot,
+                                           seed=seed, ci=ci), "dynamic": None}
+    if predictor.dynamic_distributional:
+        steps = test.steps
+        remaining = _checked(predictor.predict_remaining_distribution(test_hidden), len(steps),
+                             name, "predict_remaining_distribution", "steps")
+        metrics.setdefault("distribution", {"static": None})["dynamic"] = \
+            dynamic_distribution_metrics(steps.row, steps.t, true, remaining, groups, censored,
+                                         n_boot=n_boot, seed=seed, ci=ci)
     step_ms = None
     if predictor.dynamic:
         steps = test.steps
@@ -160,10 +181,36 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if predictor.dynamic:  # per request, NaN (null) where a request has no scored step
         result["predictions"]["dynamic_error"] = [None if np.isnan(e) else float(e)
                                                   for e in dynamic_errors]
+    if distribution is not None:
+        result["predictions"].update(distribution_predictions(distribution, true, censored))
     sim = cfg.get("sim") or {}
     if sim.get("enabled", False):
-        result["scheduling"] = schedule(true, pred, test.prompt_lengths, name, sim)
+        result["scheduling"] = schedule(
+            true, pred, test.prompt_lengths, name, sim,
+            remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
+            distribution=distribution)
     return result
+
+
+def _checked(dist, n: int, name: str, method: str, what: str) -> LengthDistribution:
+    """A predictor's distribution, checked to be one with a row per scored row."""
+    if not isinstance(dist, LengthDistribution):
+        raise TypeError(f"{name}.{method} returned {type(dist).__name__}; return a "
+                        "LengthDistribution (LengthDistribution.from_quantiles / from_histogram)")
+    if len(dist) != n:
+        raise ValueError(f"{name}.{method} returned {len(dist)} distributions for {n} {what}")
+    return dist
+
+
+def distribution_predictions(dist: LengthDistribution, true: np.ndarray,
+                             censored: np.ndarray) -> dict[str, Any]:
+    """Per-row figures that the distribution metrics are means of: the quantiles at
+    QUANTILE_LEVELS and each row's CRPS and PIT (null for censored rows, which are not scored)."""
+    scores = row_scores(dist, true)
+    per_row = lambda v: [None if c else float(x) for x, c in zip(v, censored)]
+    return {"quantile_levels": list(QUANTILE_LEVELS),
+            "quantiles": dist.quantile(QUANTILE_LEVELS).tolist(),
+            "crps": per_row(scores["crps"]), "pit": per_row(scores["pit"])}
 
 
 def length_cap(cfg: dict) -> int | None:
@@ -194,14 +241,25 @@ def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
 
 
 def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,
-             sim_cfg: dict) -> dict[str, Any]:
+             sim_cfg: dict, *, remaining: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+             distribution: LengthDistribution | None = None) -> dict[str, Any]:
     """Serve requests drawn from the test rows with these predictions (docs/protocol.md,
-    "The scheduling score")."""
+    "The scheduling score"). With `sim.compare`, "comparison" adds preemptive re-ranking on
+    the dynamic estimates `remaining` = (step_row, step_t, rem) and ordering by the predicted
+    `distribution`, on the same draws (lenbench.sim.comparison)."""
     from lenbench.sim import SimConfig, simulate_predictions
+    from lenbench.sim.comparison import compare_policies
 
+    cfg = SimConfig.from_dict(sim_cfg)
     row = name if name not in ("baseline", "oracle", "constant") else f"{name} (predictor)"
-    return simulate_predictions(true, np.maximum(pred, 1.0), prompt_len,
-                                SimConfig.from_dict(sim_cfg), name=row)
+    pred = np.maximum(pred, 1.0)
+    out = simulate_predictions(true, pred, prompt_len, cfg, name=row)
+    if cfg.compare:
+        quantiles = None if distribution is None else distribution.quantile(QUANTILE_LEVELS)
+        out["comparison"] = compare_policies(true, pred, prompt_len, cfg, name=row,
+                                             reference=out, remaining=remaining,
+                                             quantiles=quantiles)
+    return out
 
 
 def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed: int,
@@ -221,7 +279,9 @@ def noise_floor_result(world: World, cfg: dict,
     """The irreducible-error reference: bounds on the error of knowing each prompt's median.
 
     `static` scores the pessimistic leave-one-out rule (each sample predicted by the median of its
-    prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`). It is
+    prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`);
+    `distribution` scores its distributional twin, the empirical distribution of the prompt's
+    other samples (`distribution_metrics.sibling_distributions`). It is
     scored on the uncensored rows of prompts with at least two of them, which `static.n` records. `seed` is
     ignored: the reference does not depend on the predictors' seed, so a sweep writes it once.
     """
@@ -243,11 +303,19 @@ def noise_floor_result(world: World, cfg: dict,
         "noise_floor": noise_floor_bounds(true, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
                                           ci=ci),
         "dynamic": None, "variants": {}}
+    siblings, has = sibling_distributions(true, groups)
+    if siblings is not None:  # the same rows as the floor: prompts with two exact samples
+        result["metrics"]["distribution"] = {
+            "static": distribution_metrics(siblings, true[has], groups[has], n_boot=n_boot,
+                                           seed=NOISE_FLOOR_SEED, ci=ci), "dynamic": None}
     keep = np.isfinite(pred)
     result["timings"] = {"fit_s": 0.0, "predict_s": 0.0, "predict_ms_per_request": None,
                          "predict_ms_per_step": None, "n_parameters": None}
     result["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),
                              "prompt_id": [str(g) for g in groups[keep]]}
+    if siblings is not None:
+        result["predictions"].update(distribution_predictions(siblings, true[has],
+                                                              np.zeros(int(has.sum()), bool)))
     return result
 
 

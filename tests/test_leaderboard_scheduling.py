@@ -171,3 +171,70 @@ def test_quality_plot_written(board) -> None:
     plot = out / "plot-toyworld__toy-sched-quality.png"
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert plot.name in md
+
+
+def test_no_comparison_table_without_comparison_records(board) -> None:
+    """Records simulated without sim.compare leave the section as it was."""
+    md, _, _ = board
+    assert "Scheduling comparison" not in md
+
+
+def test_scheduling_comparison_table(tmp_path: Path) -> None:
+    """With sim.compare, a table per world scores each predictor under static SJF, preemptive
+    re-ranking and distributional ordering beside the oracle's SRPT bound; the Static SJF
+    cell is the main table's score, and a predictor without dynamic or distributional outputs
+    shows dashes there."""
+    from lenbench.distributions import LengthDistribution
+
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(3)
+    true = rng.lognormal(3.5, 0.8, 300).round() + 2
+    prompt = np.full(300, 20)
+    sim = dict(SIM, n_requests=200, seeds=[0, 1], compare=True, preempt_cost="swap")
+    noisy = true * np.exp(rng.normal(0, 0.3, true.size))
+    rows = np.repeat(np.arange(true.size), 4)
+    steps_t = np.tile(np.arange(4) * 4, true.size)
+    rem = np.maximum(true[rows] - steps_t, 1.0)
+    dist = LengthDistribution.from_quantiles((0.1, 0.25, 0.5, 0.75, 0.9),
+                                             noisy[:, None] * np.array([0.5, 0.8, 1, 1.2, 2]))
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, noisy, prompt, "mlp_probe", sim,
+                                   remaining=(rows, steps_t, rem), distribution=dist)
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    for path in sorted((results / "toyworld/toy/bin_classifier").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, noisy * 1.5, prompt, "bin_classifier", sim)
+        write_result(result_path(results, "toyworld", "toy", "bin_classifier",
+                                 r["config_hash"]), r)
+    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    _, main_rows = _sched_rows(md)
+    part = _section(md).split("#### Scheduling comparison", 1)[1]
+    lines = [ln for ln in part.splitlines() if ln.startswith("| ")]
+    header = lines[0].strip("| ").split(" | ")
+    assert header == ["Predictor", "Static SJF", "Static preemptive", "Dynamic preemptive",
+                      "Distributional", "Preemptions / request", "Runs"]
+    cmp = {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ") for ln in lines[1:]}
+    assert set(cmp) == {"*oracle* (ref)", "mlp_probe", "bin_classifier"}
+    assert cmp["*oracle* (ref)"][1] == "100% [100, 100]"
+    assert re.fullmatch(r"\d+% \[\d+, \d+\]", cmp["*oracle* (ref)"][2])
+    for name in ("mlp_probe", "bin_classifier"):
+        assert cmp[name][1] == main_rows[name][1]  # the main score, pooled the same way
+        assert cmp[name][6] == "2"
+    assert all(re.fullmatch(r"-?\d+% \[-?\d+, -?\d+\]", c) for c in cmp["mlp_probe"][1:5])
+    assert cmp["bin_classifier"][3:5] == ["—", "—"]
+    assert cmp["mlp_probe"][5].startswith("static ") and "dynamic " in cmp["mlp_probe"][5]
+    assert "SRPT on true lengths" in part and "swap" in part
+
+
+def test_schedule_comparison_keeps_existing_keys() -> None:
+    rng = np.random.default_rng(4)
+    true = rng.lognormal(3.5, 0.8, 200).round() + 2
+    sim = dict(SIM, n_requests=150, seeds=[0])
+    plain = schedule(true, true * 1.1, np.full(200, 20), "p", sim)
+    both = schedule(true, true * 1.1, np.full(200, 20), "p", dict(sim, compare=True))
+    assert set(both) == set(plain) | {"comparison"}
+    assert both["headline"][1]["score"] == plain["headline"][1]["score"]
+    assert set(both["comparison"]["rows"]) == {"static_sjf", "static_preemptive",
+                                               "oracle_preemptive"}

@@ -239,6 +239,7 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     if other:
         lines += [(f"{len(other)} predictor result(s) simulated with another sim configuration "
                    "or other simulator seeds than the one above are not shown."), ""]
+    lines += _comparison_lines(scored, main)
     plot = out_dir / f"{stem}-sched-quality.png"
     try:
         from lenbench.sim.plots import plot_score_vs_quality
@@ -249,3 +250,89 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
         lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
     return lines
+
+
+_CMP_COLUMNS = (("static_sjf", "Static SJF"), ("static_preemptive", "Static preemptive"),
+                ("dynamic_preemptive", "Dynamic preemptive"), ("distributional", "Distributional"))
+_CMP_HEADER = ["Predictor", *(label for _, label in _CMP_COLUMNS), "Preemptions / request",
+               "Runs"]
+
+
+def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str, Any] | None:
+    """A comparison row's score pooled over predictor seeds (records with that row), against
+    each record's own baseline and oracle, as `_sched_pooled` pools the main score."""
+    import numpy as np
+
+    from lenbench.sim.evaluate import score_interval
+
+    mats: dict[str, list[list[float]]] = {"row": [], "baseline": [], "oracle": []}
+    for r in records:
+        entry = ((r["scheduling"].get("comparison") or {}).get("rows") or {}).get(row)
+        refs = _sched_refs(r["scheduling"])
+        if not entry or not {"baseline", "oracle"} <= set(refs):
+            continue
+        for key, seeds in (("row", entry["per_seed"].get(metric)),
+                           ("baseline", refs["baseline"]["per_seed"].get(metric)),
+                           ("oracle", refs["oracle"]["per_seed"].get(metric))):
+            mats[key].append([np.nan if x is None else float(x) for x in seeds or []])
+    if not mats["row"] or len({len(v) for vs in mats.values() for v in vs}) != 1:
+        return None
+    base, row_m, best = (np.array(mats[k]) for k in ("baseline", "row", "oracle"))
+    return score_interval(base - row_m, base - best, base.mean(axis=0))
+
+
+def _cmp_preemptions(records: list[dict[str, Any]], rows: tuple[str, ...]) -> str:
+    """Mean preemptions per request of the preemptive rows, over runs and simulator seeds."""
+    parts = []
+    for row in rows:
+        vals = [float(x) for r in records
+                for x in ((((r["scheduling"].get("comparison") or {}).get("rows") or {})
+                           .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
+                          or []) if _is_num(x)]
+        if vals:
+            parts.append(f"{row.split('_')[0]} {statistics.fmean(vals):.2f}")
+    return ", ".join(parts) or DASH
+
+
+def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> list[str]:
+    """The "Scheduling comparison" table: each predictor's score under static SJF, preemptive
+    re-ranking (static and dynamic estimates) and distributional ordering, beside the oracle
+    with preemption (the SRPT bound). Empty when no record carries a comparison."""
+    with_cmp = [r for r in scored if isinstance(r["scheduling"].get("comparison"), dict)]
+    if not with_cmp:
+        return []
+    metric = str(main["scheduling"].get("score_metric"))
+    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in with_cmp:
+        by_name[r["predictor"]["name"]].append(r)
+    ref = next((r for r in with_cmp if r is main), with_cmp[0])  # one draw: the oracle rows
+    head = _sched_refs(ref["scheduling"]).get("oracle") or {}
+    ci = head.get("score_ci95") or [None, None]
+    body = [["*oracle* (ref)", _sched_score_text({"value": head.get("score"),
+                                                  "ci95_low": ci[0], "ci95_high": ci[1]}),
+             _sched_score_text(_cmp_score([ref], "oracle_preemptive", metric)), DASH, DASH,
+             _cmp_preemptions([ref], ("oracle_preemptive",)).replace("oracle", "static"),
+             "1"]]
+    for name in sorted(by_name):
+        records = by_name[name]
+        cells = [_sched_score_text(_cmp_score(records, row, metric)) for row, _ in _CMP_COLUMNS]
+        body.append([_cell(name), *cells,
+                     _cmp_preemptions(records, ("static_preemptive", "dynamic_preemptive")),
+                     str(len(records))])
+    cmp = ref["scheduling"]["comparison"]
+    caption = (
+        f"Scores as above (same draws, baseline and oracle; {metric}), per policy: Static SJF "
+        f"is the predictor's score above; Static preemptive re-ranks by the static prediction "
+        f"minus the tokens generated and preempts (queue srpt); Dynamic preemptive does so on "
+        f"the predictor's dynamic remaining-length estimates (the latest scored step at or "
+        f"before t, minus the tokens since); Distributional orders SJF by {cmp.get('order_by')}"
+        f". The oracle's Static preemptive cell is SRPT on true lengths (remaining L − t), "
+        f"which may exceed 100% because the score's oracle does not preempt. Re-ranking every "
+        f"{cmp.get('repredict_every')} iteration(s), margin {cmp.get('preempt_margin')} tokens, "
+        f"at most {cmp.get('max_preemptions')} preemptions per request, cost "
+        f"{cmp.get('preempt_cost')}, charged in simulated time. — : the predictor has no "
+        f"dynamic or distributional predictions. Preemptions / request: mean over runs and "
+        f"simulator seeds.")
+    return ["#### Scheduling comparison", "",
+            _table(_CMP_HEADER, [":---"] + ["---:"] * (len(_CMP_HEADER) - 1), body), "",
+            caption, ""]

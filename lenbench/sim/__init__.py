@@ -1,12 +1,15 @@
 """Prediction-driven serving simulator: score length predictors by their effect on scheduling.
 
-Entry point for the evaluation pipeline: `simulate_predictions`. Building blocks: `Workload`
+Entry point for the evaluation pipeline: `simulate_predictions`, and `compare_policies` for
+preemptive (queue srpt) and distributional rows on the same draws. Building blocks: `Workload`
 (requests), `SimConfig` (every parameter), `simulate` (one run), `run_figures` (its metrics),
-time models (`TableTimeModel`, `LinearTimeModel`, `calibrate`) and reference predictors.
+`RemainingEstimates` (dynamic remaining-length estimates for srpt), time models
+(`TableTimeModel`, `LinearTimeModel`, `calibrate`) and reference predictors.
 Needs numpy only; the plots import matplotlib lazily.
 """
 
 from lenbench.sim.capacity import capacity, resolve_qps, saturation_qps
+from lenbench.sim.comparison import compare_policies, distribution_key
 from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.engine import SimResult, simulate
 from lenbench.sim.evaluate import load_sweep, noisy_oracle_sweep, simulate_predictions
@@ -21,6 +24,7 @@ from lenbench.sim.metrics import (
     throughput,
 )
 from lenbench.sim.predictors import constant, noisy_oracle, one_bit, oracle, random_permutation
+from lenbench.sim.remaining import RemainingEstimates
 from lenbench.sim.timing import (
     A100_LLAMA3_8B,
     H100_LLAMA3_8B,
@@ -44,6 +48,7 @@ __all__ = [
     "H100_LLAMA3_8B",
     "SCORE_METRICS",
     "LinearTimeModel",
+    "RemainingEstimates",
     "SimConfig",
     "SimResult",
     "TableTimeModel",
@@ -54,7 +59,9 @@ __all__ = [
     "calibrate",
     "capacity",
     "captured_share",
+    "compare_policies",
     "constant",
+    "distribution_key",
     "draw_workload",
     "get_time_model",
     "hol_inversion_rate",

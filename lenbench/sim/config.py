@@ -17,9 +17,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 DISPATCH_POLICIES = ("rr", "jsq", "lb", "pow2")
-QUEUE_POLICIES = ("fcfs", "sjf")
+QUEUE_POLICIES = ("fcfs", "sjf", "srpt")
 STARVATION_GUARDS = ("none", "aging", "promotion")
 TIME_MODELS = ("a100", "h100", "linear")
+PREEMPT_COSTS = ("recompute", "swap")
+ORDER_BY = ("point", "quantile", "tail")
 # Latency figures (metrics.run_figures names) the scheduling score may be computed on.
 SCORE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_all")
 
@@ -51,6 +53,18 @@ class SimConfig:
     also credits prediction-driven dispatch. `score_metric` (one of SCORE_METRICS) is the
     latency figure of the score (baseline - predictor) / (baseline - oracle).
 
+    Preemption (queue "srpt", preemption.py): every `repredict_every` iterations an instance
+    re-ranks its running and waiting requests by predicted remaining length (minus the aging
+    credit) and evicts a running request when a waiting one's key is smaller by more than
+    `preempt_margin` tokens, at most `max_preemptions` times per request. `preempt_cost`:
+    "recompute" drops the KV cache and prefills prompt + generated tokens again on resume (the
+    instance stalls for that prefill); "swap" moves the KV cache out and back in at
+    `kv_bytes_per_token` / `swap_bandwidth_gb_s`, stalling the instance each way.
+
+    Comparison (comparison.py, when `compare`): static SJF, preemptive rows and a
+    distributional row ordered by `order_by`: "quantile" = the predicted `order_quantile`
+    quantile, "tail" = mean + tail_beta * (q0.9 - q0.5), "point" = no distributional row.
+
     Workload: `n_requests` requests drawn with replacement from the given rows, arriving as a
     Poisson process (gamma when `arrival_cv` != 1) at `qps`, or, when `load_factor` is set (it
     takes precedence), at load_factor times the cluster's estimated saturation rate.
@@ -77,6 +91,16 @@ class SimConfig:
     aging_alpha: float = 0.0
     t_starve_s: float | None = None
     dispatch_uses_predictions: bool = False
+    # preemptive re-ranking (queue srpt) and distributional ordering
+    repredict_every: int = 1
+    preempt_margin: float = 0.0
+    preempt_cost: str = "recompute"
+    swap_bandwidth_gb_s: float = 25.0
+    max_preemptions: int = 4
+    order_by: str = "tail"
+    order_quantile: float = 0.9
+    tail_beta: float = 1.0
+    compare: bool = False
     # workload and reporting
     n_requests: int = 1914
     qps: float | None = 100.0
@@ -93,9 +117,12 @@ class SimConfig:
         _check_choice("starvation", self.starvation, STARVATION_GUARDS)
         _check_choice("time_model", self.time_model, TIME_MODELS)
         _check_choice("score_metric", self.score_metric, SCORE_METRICS)
-        if not isinstance(self.dispatch_uses_predictions, bool):
-            raise TypeError("dispatch_uses_predictions must be true or false, got "
-                            f"{self.dispatch_uses_predictions!r}")
+        _check_choice("preempt_cost", self.preempt_cost, PREEMPT_COSTS)
+        _check_choice("order_by", self.order_by, ORDER_BY)
+        for name in ("dispatch_uses_predictions", "compare"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        self._check_preemption()
         if self.time_model == "linear" and self.linear_abc is None:
             raise ValueError("time_model='linear' needs linear_abc=(a, b, c)")
         if self.starvation == "promotion" and self.t_starve_s is None:
@@ -123,6 +150,25 @@ class SimConfig:
         if (not isinstance(self.short_threshold, str) and not isinstance(self.long_threshold, str)
                 and self.short_threshold > self.long_threshold):
             raise ValueError("short_threshold must not exceed long_threshold")
+
+    def _check_preemption(self) -> None:
+        if not isinstance(self.repredict_every, int) or self.repredict_every < 1:
+            raise ValueError(f"repredict_every must be an integer >= 1, got "
+                             f"{self.repredict_every!r}")
+        if not isinstance(self.max_preemptions, int) or self.max_preemptions < 0:
+            raise ValueError(f"max_preemptions must be an integer >= 0, got "
+                             f"{self.max_preemptions!r}")
+        for name in ("preempt_margin", "tail_beta"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not self.swap_bandwidth_gb_s > 0:
+            raise ValueError(f"swap_bandwidth_gb_s must be > 0, got {self.swap_bandwidth_gb_s}")
+        if not 0 < self.order_quantile < 1:
+            raise ValueError(f"order_quantile must be in (0, 1), got {self.order_quantile}")
+        if self.starvation == "promotion" and (self.queue == "srpt" or self.compare):
+            raise ValueError("preemptive re-ranking (queue srpt, compare) supports starvation "
+                             "none or aging, not promotion")
 
     @property
     def policy(self) -> str:

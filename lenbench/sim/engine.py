@@ -9,19 +9,22 @@ Speed: a decode instance is not stepped iteration by iteration. Between two even
 finishing, or a boundary at which a newly arrived request can be admitted) its batch is fixed
 and every running request gains one token per iteration, so the boundary times of the whole
 stretch follow from the time model in one vectorised call. Per-event Python work is O(changes).
+The decode instance's state is decode.py; preemptive re-ranking (queue srpt) extends this event
+loop through its hooks (refill, next_stop, admitted/finished) in preemption.py.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from lenbench.sim.config import DISPATCH_POLICIES, QUEUE_POLICIES, SimConfig
+from lenbench.sim.decode import Decode
+from lenbench.sim.result import SimResult
 from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload
 
@@ -30,84 +33,10 @@ from lenbench.sim.workload import Workload
 _ARRIVE, _PREFILL_DONE, _KV_READY, _BOUNDARY = 0, 1, 2, 3
 
 
-@dataclass
-class SimResult:
-    """Per-request timestamps (seconds) of one run, aligned with the workload's arrays.
-
-    `first_token_s` is the end of prefill; `kv_ready_s` the KV cache's arrival at the decode
-    side (= dispatch); `admit_s` the admission into a decode batch; `admit_seq` the global
-    order of admissions; `generated` the tokens each request actually produced (1 from prefill
-    plus one per decode iteration it ran). Requests with true_len == 1 finish at prefill
-    (instance -1, NaN KV and admission times).
-    """
-
-    workload: Workload
-    policy: str
-    first_token_s: NDArray[np.float64]
-    kv_ready_s: NDArray[np.float64]
-    admit_s: NDArray[np.float64]
-    done_s: NDArray[np.float64]
-    instance: NDArray[np.int64]
-    admit_seq: NDArray[np.int64]
-    generated: NDArray[np.int64]
-    instance_stats: list[dict[str, float]]
-    timeline: NDArray[np.float64] | None = field(default=None, repr=False)
-
-    @property
-    def e2e_s(self) -> NDArray[np.float64]:
-        return self.done_s - self.workload.arrival_s
-
-
-class _Decode:
-    """State of one decode instance as of its last processed iteration boundary."""
-
-    __slots__ = (
-        "ctx",
-        "event_k",
-        "fin",
-        "idx",
-        "k_b",
-        "n_boundaries",
-        "n_run",
-        "n_wait",
-        "peak_ctx",
-        "peak_run",
-        "pos",
-        "promo",
-        "run_key",
-        "run_req",
-        "seg",
-        "t_b",
-        "version",
-        "wait",
-        "wait_pred",
-    )
-
-    def __init__(self, idx: int, capacity: int) -> None:
-        self.idx = idx
-        self.t_b = 0.0              # time of the last processed boundary
-        self.k_b = 0                # iterations completed by then
-        self.n_run = 0              # running sequences
-        self.ctx = 0                # KV tokens held by running sequences at t_b
-        self.fin: list[tuple[int, int]] = []      # (iteration at which done, request)
-        self.wait: list[tuple[float, float, int]] = []  # (policy key, arrival, request)
-        self.promo: deque[int] = deque()          # waiting requests in KV-arrival order
-        self.n_wait = 0
-        self.wait_pred = 0.0        # sum of dispatch lengths of waiting requests (for lb)
-        self.seg: NDArray[np.float64] | None = None  # boundary times k_b+1 .. next finish
-        self.event_k = -1           # iteration of the pending boundary event, -1 if none
-        self.version = 0            # bumps invalidate stale boundary events
-        self.run_key = np.empty(capacity, dtype=np.float64)  # load - 1 + admit iteration
-        self.run_req: list[int] = []
-        self.pos: dict[int, int] = {}
-        self.peak_ctx = 0
-        self.peak_run = 0
-        self.n_boundaries = 0
-
-
 def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None = None,
              dispatch: str | None = None, queue: str | None = None, seed: int = 0,
-             record_timeline: bool = False, dispatch_len: ArrayLike | None = None) -> SimResult:
+             record_timeline: bool = False, dispatch_len: ArrayLike | None = None,
+             remaining: Any = None) -> SimResult:
     """Run one simulation of `workload` on the cluster of `cfg`.
 
     `dispatch`/`queue` override cfg.dispatch/cfg.queue (handy for policy sweeps); `time_model`
@@ -120,7 +49,9 @@ def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None
 
     Queue keys: fcfs admits by arrival; sjf by predicted length (minus aging_alpha times the
     request's age since arrival under aging), ties by arrival. A constant prediction therefore
-    admits in exactly FCFS order, with or without a starvation guard.
+    admits in exactly FCFS order, with or without a starvation guard. srpt re-ranks by
+    predicted remaining length and preempts (preemption.py); `remaining` (a
+    `RequestRemaining`) supplies its dynamic estimates, else it uses pred_len - generated.
     """
     dispatch = cfg.dispatch if dispatch is None else dispatch
     queue = cfg.queue if queue is None else queue
@@ -135,6 +66,13 @@ def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None
         balance = np.asarray(dispatch_len, dtype=np.float64)
         if balance.shape != workload.pred_len.shape or not np.all(np.isfinite(balance)):
             raise ValueError(f"dispatch_len must be finite with shape {workload.pred_len.shape}")
+    if queue == "srpt":
+        from lenbench.sim.preemption import PreemptiveEngine
+
+        return PreemptiveEngine(workload, cfg, model, dispatch, queue, seed, record_timeline,
+                                balance, remaining).run()
+    if remaining is not None:
+        raise ValueError("remaining-length estimates need queue='srpt'")
     return _Engine(workload, cfg, model, dispatch, queue, seed, record_timeline, balance).run()
 
 
@@ -173,7 +111,7 @@ class _Engine:
         self.link_latency = cfg.link_latency_ms * 1e-3
         # decode side
         cap = max(1, min(cfg.max_num_seqs, n))
-        self.dec = [_Decode(i, cap) for i in range(cfg.n_decode)]
+        self.dec = [Decode(i, cap) for i in range(cfg.n_decode)]
         self.rr_next = 0
         self.track_keys = dispatch in ("lb", "pow2")
         self.sjf = queue == "sjf"
@@ -245,7 +183,7 @@ class _Engine:
         self.start_prefills(t)
 
     # ---------------------------------------------------------------- dispatch
-    def outstanding(self, inst: _Decode, t: float) -> float:
+    def outstanding(self, inst: Decode, t: float) -> float:
         """Predicted outstanding tokens: sum_running max(pred - generated, 1) + sum_waiting pred."""
         if inst.n_run == 0:
             return inst.wait_pred
@@ -255,7 +193,7 @@ class _Engine:
         keys = inst.run_key[:inst.n_run]
         return float(np.maximum(keys - k_now, 1.0).sum()) + inst.wait_pred
 
-    def choose(self, t: float) -> _Decode:
+    def choose(self, t: float) -> Decode:
         dec = self.dec
         if len(dec) == 1:
             return dec[0]
@@ -279,8 +217,7 @@ class _Engine:
         # fcfs: arrival alone. fl(c + aging * arrival) never decreases with arrival, so a
         # constant prediction admits in exactly FCFS order (ties break by arrival).
         arrival = self.arrival[r]
-        key = self.pred[r] + self.aging * arrival if self.sjf else 0.0
-        heapq.heappush(inst.wait, (key, arrival, r))
+        heapq.heappush(inst.wait, (self.wait_key(r), arrival, r))
         if self.promotion:
             inst.promo.append(r)
         inst.n_wait += 1
@@ -294,13 +231,17 @@ class _Engine:
             if k < inst.event_k:  # a free slot: admit at the end of the running iteration
                 self.schedule(inst, float(inst.seg[j]), k)
 
+    def wait_key(self, r: int) -> float:
+        """The queue key of a request joining a decode queue (smaller is admitted first)."""
+        return self.pred[r] + self.aging * self.arrival[r] if self.sjf else 0.0
+
     # ---------------------------------------------------------------- decode instances
-    def schedule(self, inst: _Decode, t: float, k: int) -> None:
+    def schedule(self, inst: Decode, t: float, k: int) -> None:
         inst.version += 1
         inst.event_k = k
         self.push(t, _BOUNDARY, inst.idx, (inst.version, k))
 
-    def boundary(self, inst: _Decode, t: float, k: int) -> None:
+    def boundary(self, inst: Decode, t: float, k: int) -> None:
         """Iteration boundary k at time t: finished requests leave, waiting ones are admitted,
         and the boundary times up to the next finish are priced in one call."""
         inst.ctx += inst.n_run * (k - inst.k_b)
@@ -316,22 +257,33 @@ class _Engine:
             inst.n_run -= 1
             inst.ctx -= self.prompt[r] + self.true[r]
             if self.track_keys:
-                self.remove_key(inst, r)
-        if inst.n_wait:
-            self.admit_waiting(inst, t, k)
+                inst.remove_key(r)
+            self.finished_hook(inst, r)
+        stall = self.refill(inst, t, k)
         if self.timeline is not None:
             self.timeline.append((t, inst.idx, inst.n_run, inst.n_wait))
         if inst.n_run == 0:
             inst.seg = None
             return
-        k_next = fin[0][0]
+        k_next = self.next_stop(inst, k)
         n = k_next - k
         seg = self.price(inst.n_run, inst.ctx, n)
-        seg += t
+        seg += t + stall
         inst.seg = seg
         end_ctx = inst.ctx + inst.n_run * n
         inst.peak_ctx = max(inst.peak_ctx, end_ctx)
         self.schedule(inst, float(seg[-1]), k_next)
+
+    def refill(self, inst: Decode, t: float, k: int) -> float:
+        """Admit waiting requests at boundary k; returns seconds the instance stalls before
+        its next iteration (0 here; preemption costs in preemption.py)."""
+        if inst.n_wait:
+            self.admit_waiting(inst, t, k)
+        return 0.0
+
+    def next_stop(self, inst: Decode, k: int) -> int:
+        """The next boundary that must be processed: the next finish."""
+        return inst.fin[0][0]
 
     def price(self, batch: int, ctx: int, n: int) -> NDArray[np.float64]:
         """Elapsed seconds at each of the next n boundaries for a fixed batch."""
@@ -348,7 +300,7 @@ class _Engine:
         out *= 1e-3
         return out
 
-    def next_waiting(self, inst: _Decode, t: float) -> tuple[int, bool]:
+    def next_waiting(self, inst: Decode, t: float) -> tuple[int, bool]:
         """Head of the queue: a starved request under promotion, else the policy's minimum."""
         if self.promotion:
             dq = inst.promo
@@ -361,50 +313,41 @@ class _Engine:
                 heapq.heappop(inst.wait)
         return inst.wait[0][2], False
 
-    def admit_waiting(self, inst: _Decode, t: float, k: int) -> None:
+    def admit_waiting(self, inst: Decode, t: float, k: int) -> None:
         max_seqs, kv_cap = self.cfg.max_num_seqs, self.cfg.kv_capacity_tokens
         while inst.n_wait and inst.n_run < max_seqs:
             r, promoted = self.next_waiting(inst, t)
-            need = self.prompt[r] + 1
+            need = self.prompt[r] + self.generated[r]  # the first token, plus any resumed KV
             if inst.n_run and inst.ctx + need > kv_cap:
                 break  # strict order, as vLLM: wait for KV to free up
             if promoted:
                 inst.promo.popleft()
             else:
                 heapq.heappop(inst.wait)
-            self.admitted[r] = True
-            self.admit[r] = t
-            self.admit_seq[r] = self.n_admitted
+            if not self.admitted[r]:  # a resumed (preempted) request keeps its first admission
+                self.admitted[r] = True
+                self.admit[r] = t
+                self.admit_seq[r] = self.n_admitted
+                self.n_admitted += 1
+            g = self.generated[r]
             self.admit_k[r] = k
-            self.n_admitted += 1
             inst.n_wait -= 1
             inst.wait_pred -= self.load[r]
             inst.n_run += 1
             inst.ctx += need
-            heapq.heappush(inst.fin, (k + self.true[r] - 1, r))
+            heapq.heappush(inst.fin, (k + self.true[r] - g, r))
             if self.track_keys:
-                self.add_key(inst, r, self.load[r] - 1.0 + k)
+                inst.add_key(r, self.load[r] - g + k)
+            self.admitted_hook(inst, r, k)
         if inst.n_wait == 0:
             inst.wait_pred = 0.0  # drop float drift
         inst.peak_run = max(inst.peak_run, inst.n_run)
 
-    def add_key(self, inst: _Decode, r: int, key: float) -> None:
-        i = len(inst.run_req)
-        if i == len(inst.run_key):
-            inst.run_key = np.concatenate([inst.run_key, np.empty_like(inst.run_key)])
-        inst.run_key[i] = key
-        inst.run_req.append(r)
-        inst.pos[r] = i
+    def admitted_hook(self, inst: Decode, r: int, k: int) -> None:
+        """Called after each admission (preemption.py charges resumed requests here)."""
 
-    def remove_key(self, inst: _Decode, r: int) -> None:
-        """Swap-remove so that the running keys stay a dense prefix of run_key."""
-        i = inst.pos.pop(r)
-        last = len(inst.run_req) - 1
-        moved = inst.run_req.pop()
-        if i != last:
-            inst.run_key[i] = inst.run_key[last]
-            inst.run_req[i] = moved
-            inst.pos[moved] = i
+    def finished_hook(self, inst: Decode, r: int) -> None:
+        """Called when a request leaves its batch done (preemption.py tracks its running set)."""
 
     # ---------------------------------------------------------------- output
     def result(self) -> SimResult:
@@ -429,4 +372,8 @@ class _Engine:
             generated=np.asarray(self.generated, dtype=np.int64),
             instance_stats=stats,
             timeline=timeline,
+            preemptions=self.preemption_counts(),
         )
+
+    def preemption_counts(self) -> NDArray[np.int64]:
+        return np.zeros(len(self.done), dtype=np.int64)
