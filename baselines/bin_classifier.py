@@ -1,7 +1,9 @@
 """50-bin length classifier on a frozen target hidden state.
 
 Uniform bins over [0, max_length]; cross-entropy; decoded by the argmax bin's centre (the
-paper's reading) and, as a variant, by the expectation of bin centres under the softmax.
+paper's reading) and, as a variant, by the expectation of bin centres under the softmax. The
+softmax itself is the predicted distribution: a histogram over the same bins, uniform within each
+(so its mean is the expectation variant).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
+from lenbench.distributions import LengthDistribution
 from lenbench.training import Standardizer, count_parameters, mlp, train_head
 
 
@@ -24,6 +27,7 @@ class BinClassifier(Predictor):
         self.batch_size, self.weight_decay, self.progress = batch_size, weight_decay, progress
         self.width = max_length / n_bins
         self.centres = (np.arange(n_bins) + 0.5) * self.width
+        self.edges = np.linspace(0.0, float(max_length), n_bins + 1)
         self.needs = Needs(hidden=(layer,), pooling=("last",))
 
     def _bins(self, lengths: np.ndarray) -> torch.Tensor:
@@ -50,6 +54,10 @@ class BinClassifier(Predictor):
 
     def predict_variants(self, split) -> dict[str, np.ndarray]:
         return {"expectation": self._probs(split) @ self.centres}
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        """The softmax over the bins (lengths past max_length were trained into the last)."""
+        return LengthDistribution.from_histogram(self.edges, self._probs(split))
 
     def num_parameters(self) -> int:
         return count_parameters(self.head)

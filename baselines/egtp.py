@@ -13,6 +13,7 @@ import numpy as np
 
 from baselines.soft_bins import SoftBinRegressor
 from lenbench import Needs, Predictor
+from lenbench.distributions import LengthDistribution
 
 
 class EGTP(Predictor):
@@ -45,6 +46,10 @@ class EGTP(Predictor):
 
     def predict_variants(self, split) -> dict[str, np.ndarray]:
         return {"argmax_bin": self.head.predict_argmax(self._x(split))}
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        """The soft-label head's bin distribution (mean = predict where that is >= 1)."""
+        return self.head.distribution(self._x(split))
 
     def num_parameters(self) -> int:
         return self.head.num_parameters()

@@ -6,6 +6,11 @@ Head shape H -> H/2 -> H/4 -> 1 with ReLU, the same as the OUTLETS length head.
 Predictions are clipped to what the protocol allows: [1, max_length] for the total length and
 [1, max_length - t] for the remaining length at step t (an unclipped log-space head can
 extrapolate far past the generation cap on states unlike its training data).
+
+`MLPQuantileProbe` swaps the output layer for one value per quantile level, monotone by
+construction and trained with the pinball loss on the same log1p target: quantiles of log1p(L)
+are log1p of quantiles of L, so expm1 of the outputs is the length distribution. Its point
+prediction is the median (the MAE-optimal point), not a separate MSE head.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
+from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.quantile_loss import pinball_loss, quantile_mlp, start_at_quantiles
 from lenbench.training import Standardizer, count_parameters, mlp, train_head
 
 
-def _head(hidden: int) -> torch.nn.Module:
-    return mlp([hidden, max(hidden // 2, 1), max(hidden // 4, 1), 1])
+def _widths(hidden: int) -> list[int]:
+    return [hidden, max(hidden // 2, 1), max(hidden // 4, 1)]
 
 
 def _mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -43,11 +50,18 @@ class MLPProbe(Predictor):
     def dynamic(self) -> bool:
         return self.is_dynamic
 
+    def _new_head(self, hidden: int, target: torch.Tensor) -> torch.nn.Module:
+        return mlp([*_widths(hidden), 1])
+
+    def _loss(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return _mse(pred, target)
+
     def _fit(self, x: np.ndarray, y: np.ndarray, xv, yv, name: str):
         scaler = Standardizer().fit(x)
         torch.manual_seed(self.seed)
-        head = _head(x.shape[1])
-        train_head(head, scaler(x), torch.from_numpy(np.log1p(y).astype(np.float32)), _mse,
+        target = torch.from_numpy(np.log1p(y).astype(np.float32))
+        head = self._new_head(x.shape[1], target)
+        train_head(head, scaler(x), target, self._loss,
                    None if xv is None else scaler(xv),
                    None if yv is None else torch.from_numpy(np.log1p(yv).astype(np.float32)),
                    epochs=self.epochs, lr=self.lr, weight_decay=self.weight_decay,
@@ -78,20 +92,84 @@ class MLPProbe(Predictor):
 
     @staticmethod
     def _apply(model, x: np.ndarray, upper) -> np.ndarray:
+        """expm1 of the head's output, clipped row by row to [1, upper] (any output width)."""
         scaler, head = model
         with torch.no_grad():
-            out = head(scaler(x)).squeeze(-1).double().numpy()
-        return np.clip(np.expm1(out), 1.0, np.maximum(upper, 1.0))
+            out = head(scaler(x)).double().numpy()
+        upper = np.maximum(np.broadcast_to(np.asarray(upper, dtype=np.float64), (len(x),)), 1.0)
+        return np.clip(np.expm1(out), 1.0, upper[:, None])
+
+    def _static_upper(self):
+        return np.inf if self.max_length is None else self.max_length
+
+    def _remaining_upper(self, steps):
+        return np.inf if self.max_length is None else self.max_length - steps.t
 
     def predict(self, split) -> np.ndarray:
-        upper = np.inf if self.max_length is None else self.max_length
-        return self._apply(self.static, split.hidden(self.layer), upper)
+        return self._apply(self.static, split.hidden(self.layer), self._static_upper())[:, 0]
 
     def predict_remaining(self, split) -> np.ndarray:
         steps = split.steps
-        upper = np.inf if self.max_length is None else self.max_length - steps.t
-        return self._apply(self.dynamic_head, steps.hidden(self.layer), upper)
+        return self._apply(self.dynamic_head, steps.hidden(self.layer),
+                           self._remaining_upper(steps))[:, 0]
 
     def num_parameters(self) -> int:
         heads = [self.static[1]] + ([self.dynamic_head[1]] if self.is_dynamic else [])
         return count_parameters(*heads)
+
+
+class MLPQuantileProbe(MLPProbe):
+    """The probe with quantile heads (pinball loss on log1p length, monotone outputs): the
+    static head gives total-length quantiles, the dynamic head remaining-length quantiles."""
+
+    def __init__(self, *args, levels: tuple[float, ...] = QUANTILE_LEVELS, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.levels = tuple(float(q) for q in levels)
+        if not self.levels or any(b <= a for a, b in zip(self.levels, self.levels[1:])) \
+                or self.levels[0] <= 0 or self.levels[-1] >= 1:
+            raise ValueError(f"mlp_quantile.levels must increase strictly within (0, 1): "
+                             f"{list(self.levels)}")
+
+    @property
+    def dynamic_distributional(self) -> bool:
+        return self.is_dynamic
+
+    def _new_head(self, hidden: int, target: torch.Tensor) -> torch.nn.Module:
+        head = quantile_mlp(_widths(hidden), len(self.levels))
+        start_at_quantiles(head, target, self.levels)
+        return head
+
+    def _loss(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return pinball_loss(pred, target, self.levels)
+
+    def _static_quantiles(self, split) -> np.ndarray:
+        return self._apply(self.static, split.hidden(self.layer), self._static_upper())
+
+    def _remaining_quantiles(self, split) -> np.ndarray:
+        if not self.is_dynamic:
+            raise NotImplementedError("mlp_quantile was built with dynamic=false")
+        steps = split.steps
+        return self._apply(self.dynamic_head, steps.hidden(self.layer),
+                           self._remaining_upper(steps))
+
+    def _median(self, values: np.ndarray) -> np.ndarray:
+        """The 0.5 quantile, linear between the levels around it (as LengthDistribution reads
+        quantiles), without a per-row loop."""
+        levels = np.asarray(self.levels)
+        j = int(np.clip(np.searchsorted(levels, 0.5) - 1, 0, max(len(levels) - 2, 0)))
+        if len(levels) == 1:
+            return values[:, 0]
+        w = float(np.clip((0.5 - levels[j]) / (levels[j + 1] - levels[j]), 0.0, 1.0))
+        return (1 - w) * values[:, j] + w * values[:, j + 1]
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        return LengthDistribution.from_quantiles(self.levels, self._static_quantiles(split))
+
+    def predict_remaining_distribution(self, split) -> LengthDistribution:
+        return LengthDistribution.from_quantiles(self.levels, self._remaining_quantiles(split))
+
+    def predict(self, split) -> np.ndarray:
+        return self._median(self._static_quantiles(split))
+
+    def predict_remaining(self, split) -> np.ndarray:
+        return self._median(self._remaining_quantiles(split))

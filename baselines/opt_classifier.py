@@ -3,7 +3,8 @@
 This is the OUTLETS baseline modelled on Shuffle-Infer / LTR. A linear
 head reads the hidden state of the last valid (non-pad) prompt token. Lengths fall into 50 uniform
 bins over [0, max_length], the loss is cross-entropy, and the prediction is the centre of the
-argmax bin ([I]). The expectation of bin centres is scored as a variant.
+argmax bin ([I]). The expectation of bin centres is scored as a variant, and the softmax over the
+bins is the predicted distribution (a histogram whose mean is that expectation).
 
 The paper preset loads facebook/opt-125m (conf/predictor/paper/opt_classifier.yaml). The offline
 default builds a randomly initialised OPT of a few layers here and tokenises with the MiniLM
@@ -26,6 +27,7 @@ from baselines.bert_regressor import (
     fine_tune,
 )
 from lenbench import Needs, Predictor
+from lenbench.distributions import LengthDistribution
 from lenbench.training import count_parameters
 
 
@@ -57,6 +59,7 @@ class OPTClassifier(Predictor):
         self.weight_decay, self.progress = weight_decay, progress
         self.width = self.max_length / n_bins
         self.centres = (np.arange(n_bins) + 0.5) * self.width
+        self.edges = np.linspace(0.0, self.max_length, n_bins + 1)
 
     def _build(self) -> None:
         from transformers import AutoModel, OPTConfig, OPTModel
@@ -116,6 +119,9 @@ class OPTClassifier(Predictor):
 
     def predict_variants(self, split) -> dict[str, np.ndarray]:
         return {"expectation": self._probs(split, reuse=True) @ self.centres}
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        return LengthDistribution.from_histogram(self.edges, self._probs(split, reuse=True))
 
     def num_parameters(self) -> int:
         return count_parameters(self.encoder, self.head)

@@ -12,6 +12,9 @@ token the target sampled from the prefill logits): the state EAGLE-3 has right a
 Dynamic prediction: the same at position n-1+t, from one teacher-forced pass over the response.
 Training reads the target's features and teacher from a disk cache built in one target pass
 (`train.target_cache`), which sd_only's head phase reuses; prediction runs the target online.
+`OutletsQuantile` (outlets_quantile) gives the length head one monotone output per
+QUANTILE_LEVELS level, trained with the pinball loss on log1p(remaining): it predicts
+remaining-length (and, after prefill, total-length) quantiles, and the median as the point.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
+from lenbench.distributions import LengthDistribution
 from lenbench.generation.runner import eos_token_ids
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
@@ -38,6 +42,7 @@ from lenbench.outlets.train import (
     uses_sd,
 )
 from lenbench.outlets.vocab import build_draft_vocab
+from lenbench.quantile_loss import start_at_quantiles
 
 log = logging.getLogger(__name__)
 VARIANTS = ("outlets", "lp_only", "sd_only", "no_decoder")
@@ -84,6 +89,7 @@ def _sequences(split, rows=None) -> list[Sequence]:
 
 class Outlets(Predictor):
     needs = Needs(steps=True, target_model=True)
+    length_quantiles = False  # True: the length head emits quantiles (OutletsQuantile)
 
     def __init__(self, variant: str = "outlets", attention: str = "gated",
                  gate: str = "elementwise", head_input: str = "prenorm",
@@ -99,7 +105,8 @@ class Outlets(Predictor):
         self.reads_next_token = variant != "no_decoder"  # the draft layer's input is y_{t+1}
         check_choices(attention, gate, head_input)  # before any work
         self.choices = {"attention": attention, "gate": gate, "head_input": head_input,
-                        "decoder": variant != "no_decoder"}
+                        "decoder": variant != "no_decoder",
+                        "length_quantiles": self.length_quantiles}
         self.draft_vocab_size = draft_vocab_size
         self.draft_shape = dict(draft or {})
         forced = {"lp_only": {"sd_weight": 0.0}, "no_decoder": {"sd_weight": 0.0},
@@ -175,6 +182,13 @@ class Outlets(Predictor):
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""
+        return self._static(split)
+
+    def predict_remaining(self, split) -> np.ndarray:
+        return self._remaining(split)
+
+    def _static(self, split) -> np.ndarray:
+        """Clipped expm1 of the head at the post-prefill state: [n] (or [n, Q] quantiles)."""
         first = split.first_response_tokens
         if (first < 0).any():
             raise ValueError(f"{int((first < 0).sum())} rows have an empty response: OUTLETS's "
@@ -182,9 +196,15 @@ class Outlets(Predictor):
         seqs = [Sequence(np.append(np.asarray(p, dtype=np.int64), first[i]), len(p), 1)
                 for i, p in enumerate(split.prompt_token_ids)]
         z = self._predict_log(split, seqs, [np.array([s.n - 1]) for s in seqs])
-        return self._clip(np.expm1(np.concatenate(z).astype(np.float64)), 0)
+        z = np.concatenate(z).astype(np.float64) if z else np.zeros((0, *self._width()))
+        return self._clip(np.expm1(z), 0)
 
-    def predict_remaining(self, split) -> np.ndarray:
+    def _width(self) -> tuple[int, ...]:
+        levels = self.draft.length_levels
+        return () if levels is None else (len(levels),)
+
+    def _remaining(self, split) -> np.ndarray:
+        """Clipped expm1 of the head at every step: [n_steps] (or [n_steps, Q] quantiles)."""
         # report()'s speculative check decodes the scored prompts and teacher-forces their
         # responses: it reads the dynamic view (predict() gets the static one, without responses)
         self._scored = split
@@ -195,14 +215,17 @@ class Outlets(Predictor):
         seqs = _sequences(split, rows)
         positions = [seqs[j].n - 1 + steps.t[g] for j, g in enumerate(groups)]
         z = self._predict_log(split, seqs, positions)
-        out = np.empty(len(steps), dtype=np.float64)
+        out = np.empty((len(steps), *self._width()), dtype=np.float64)
         for g, values in zip(groups, z):
             out[g] = values
         return self._clip(np.expm1(out), steps.t)
 
     def _clip(self, pred: np.ndarray, t) -> np.ndarray:
-        """At least 1 token, and no more than the cap leaves after t generated tokens."""
+        """At least 1 token, and no more than the cap leaves after t generated tokens (per row,
+        across every quantile of a row)."""
         upper = np.inf if self.max_length is None else np.maximum(self.max_length - t, 1)
+        if pred.ndim == 2 and np.ndim(upper):
+            upper = np.asarray(upper)[:, None]
         return np.clip(pred, 1.0, upper)
 
     # --- what the harness records -------------------------------------------------------------
@@ -260,8 +283,57 @@ class Outlets(Predictor):
         blob = torch.load(Path(path), map_location="cpu", weights_only=True)
         if blob["variant"] != self.variant:
             raise ValueError(f"{path} holds a {blob['variant']} draft, not {self.variant}")
+        quantiles = bool(blob["config"].get("length_quantiles", False))
+        if quantiles != self.length_quantiles:
+            kind = "quantile" if quantiles else "point"
+            raise ValueError(f"{path} holds a draft with a {kind} length head; load it into "
+                             f"{'OutletsQuantile' if quantiles else 'Outlets'}")
         state, self.seed = blob["state"], blob["seed"]
         embed = target_model.get_input_embeddings().weight
         self.draft = DraftModel(DraftConfig(**blob["config"]), embed, state["d2t"], state["t2d"])
         self.draft.load_state_dict({**state, "embed_tokens.weight": embed})
         self.draft.to(embed.device).eval()
+
+
+class OutletsQuantile(Outlets):
+    """OUTLETS whose length head emits QUANTILE_LEVELS quantiles of log1p(remaining), monotone
+    and trained with the pinball loss in place of the squared error; the point is the median."""
+
+    length_quantiles = True
+
+    def fit(self, train, val=None) -> None:
+        # the head starts at the train split's marginal quantiles of log1p(remaining) (build)
+        remaining = np.concatenate([np.arange(L, 0, -1) for L in train.lengths] or [[1]])
+        self._start = torch.from_numpy(np.log1p(remaining.astype(np.float64)))
+        super().fit(train, val)
+
+    def build(self, target_model, d2t: torch.Tensor, t2d: torch.Tensor) -> DraftModel:
+        draft = super().build(target_model, d2t, t2d)
+        if getattr(self, "_start", None) is not None:
+            start_at_quantiles(draft.length_head, self._start, draft.length_levels)
+        return draft
+
+    def _median(self, dist: LengthDistribution) -> np.ndarray:
+        return dist.quantile([0.5])[:, 0]
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        return LengthDistribution.from_quantiles(self.draft.length_levels, self._static(split))
+
+    def predict_remaining_distribution(self, split) -> LengthDistribution:
+        return LengthDistribution.from_quantiles(self.draft.length_levels,
+                                                 self._remaining(split))
+
+    def predict(self, split) -> np.ndarray:
+        return self._median(self.predict_distribution(split))
+
+    def predict_remaining(self, split) -> np.ndarray:
+        return self._median(self.predict_remaining_distribution(split))
+
+    def report(self) -> dict:
+        out = super().report()
+        if out:
+            out["length_head_output"] = {
+                "levels": list(self.draft.length_levels),
+                "loss": "pinball on log1p(remaining), in place of the squared error",
+                "prediction": "median quantile (expm1, clipped like the point head)"}
+        return out

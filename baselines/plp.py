@@ -13,6 +13,10 @@ decile). MAE by the number of observed steps (t = 0, 8, 16, 32, ...), the paper'
 scored on the test split by the harness for every dynamic predictor (metrics.dynamic, shown in the
 leaderboard's predictor details); fit also computes it on the val split
 (`mae_by_observed_steps`) and `report()` stores that reading.
+
+The head's bin distribution is the predicted distribution: it is trained on remaining tokens, so
+at step t it is already a remaining-length histogram over [0, max_length] (no shift), and at
+t = 0 (the static pool) remaining equals total.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 
 from baselines.soft_bins import SoftBinRegressor
 from lenbench import Needs, Predictor
+from lenbench.distributions import LengthDistribution
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +99,12 @@ class PLP(Predictor):
 
     def predict_remaining(self, split) -> np.ndarray:
         return np.maximum(self.head.predict(self._steps_x(split)), 1.0)
+
+    def predict_distribution(self, split) -> LengthDistribution:
+        return self.head.distribution(split.hidden(self.layer, self.aggregate))
+
+    def predict_remaining_distribution(self, split) -> LengthDistribution:
+        return self.head.distribution(self._steps_x(split))
 
     def mae_by_observed_steps(self, split) -> dict[int, float]:
         """MAE of L - t at each t in `observed_steps`, over the requests still decoding at t

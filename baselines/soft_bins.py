@@ -2,7 +2,7 @@
 
 Length is split into K uniform bins over [0, max_length]; a sample in bin i gets the soft label
 p_j ∝ exp(-|j - i|), so near misses cost less than far ones. The head predicts a softmax over
-bins, read out as the expectation of bin centres, and is trained with
+bins, read out as the expectation of bin centres (and, whole, as a histogram), and is trained with
 lambda * CE(p, p_hat) + (1 - lambda) * MSE(y, y_hat). The MSE is on lengths divided by max_length
 ([I]: raw-token MSE would swamp the CE term). Both predictors fit this head the same way, so it
 lives here once.
@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lenbench.distributions import LengthDistribution
 from lenbench.training import Standardizer, count_parameters, train_head
 
 
@@ -78,6 +79,12 @@ class SoftBinRegressor:
         self.model.eval()
         with torch.no_grad():
             return torch.softmax(self.model(self.scaler(x)), -1).double().numpy()
+
+    def distribution(self, x: np.ndarray) -> LengthDistribution:
+        """The bin distribution as a histogram over [0, max_length] in tokens (its mean is
+        `predict`)."""
+        edges = np.linspace(0.0, self.max_length, self.n_bins + 1)
+        return LengthDistribution.from_histogram(edges, self.probs(x))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Expected length in tokens: sum_j p_hat_j * c_j."""

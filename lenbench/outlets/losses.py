@@ -5,7 +5,8 @@ L = L_SD + lambda * L_len + gamma * ||theta_head||^2 (OUTLETS, arXiv 2609.01068)
   distribution restricted to the draft vocabulary (forward KL up to a constant), averaged over all
   B*T positions as EAGLE does, with positions whose target argmax is outside the draft vocabulary
   masked out;
-- L_len = the masked mean squared error of log1p(remaining tokens) at TTT step 0.
+- L_len = the masked mean squared error of log1p(remaining tokens) at TTT step 0 (for a quantile
+  length head, the masked mean pinball loss of its QUANTILE_LEVELS outputs instead).
 
 The target's side is reduced once per batch to a `Teacher` over the draft vocabulary, and step k
 compares draft positions t with teacher positions t+1+k by slicing: at Llama-8B scale a full-
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
+
+from lenbench.distributions import QUANTILE_LEVELS
+from lenbench.quantile_loss import pinball_loss
 
 
 @dataclass
@@ -73,8 +77,12 @@ def sd_loss(step_logits: list[torch.Tensor], teacher: Teacher, masks: list[torch
     return total
 
 
-def length_loss(pred_log: torch.Tensor, target_log: torch.Tensor, mask: torch.Tensor):
-    """Masked mean of (z_hat - log1p(remaining))^2."""
+def length_loss(pred_log: torch.Tensor, target_log: torch.Tensor, mask: torch.Tensor,
+                levels=QUANTILE_LEVELS):
+    """Masked mean of (z_hat - log1p(remaining))^2; for quantile outputs (pred_log one axis
+    longer than target_log, one entry per level) the masked mean pinball loss at `levels`."""
+    if pred_log.dim() == target_log.dim() + 1:
+        return pinball_loss(pred_log, target_log, levels, mask)
     err = (pred_log.float() - target_log) ** 2 * mask
     return err.sum() / mask.sum().clamp_min(1)
 

@@ -10,6 +10,9 @@ Read top to bottom like a `transformers` modeling file (OUTLETS, arXiv 2609.0106
     logits  = lm_head(norm(s_out))                           over the draft vocabulary
     z_hat   = length_head(s_out)                             log1p(remaining tokens)
 
+With `length_quantiles` the length head ends in one monotone output per QUANTILE_LEVELS level
+(quantiles of log1p(remaining), trained with the pinball loss) instead of one point.
+
 Training-time test (TTT) unrolls K steps: step k at position t reads the token x_{t+1+k} and the
 state the draft produced at step k-1 at the same position, sits at RoPE position t+k, and attends
 to the step-0 keys of positions <= t plus the keys of steps 1..k at position t (the diagonal).
@@ -24,6 +27,9 @@ from dataclasses import asdict, dataclass, replace
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from lenbench.distributions import QUANTILE_LEVELS
+from lenbench.quantile_loss import MonotoneQuantiles
 
 ATTENTIONS = ("gated", "llama")
 GATES = ("elementwise", "headwise")
@@ -56,6 +62,7 @@ class DraftConfig:
     gate: str = "elementwise"  # [I] elementwise (Qwen3-Next) | headwise
     head_input: str = "prenorm"  # [I] the length head reads s_out before (or after) the final norm
     decoder: bool = True  # False: fused features -> fc -> length head (outlets_no_decoder)
+    length_quantiles: bool = False  # True: the head emits QUANTILE_LEVELS quantiles (pinball)
 
     def __post_init__(self) -> None:
         check_choices(self.attention, self.gate, self.head_input)
@@ -228,11 +235,12 @@ class DraftLayer(nn.Module):
         return s + self.mlp(self.post_attention_layernorm(s)), kv
 
 
-def length_head(hidden: int) -> nn.Sequential:
-    """[I] H -> H/2 -> H/4 -> 1 with ReLU: 2,623,489 parameters at H=2048, the paper's ~2.6M."""
-    return nn.Sequential(nn.Linear(hidden, hidden // 2), nn.ReLU(),
-                         nn.Linear(hidden // 2, hidden // 4), nn.ReLU(),
-                         nn.Linear(hidden // 4, 1))
+def length_head(hidden: int, quantiles: bool = False) -> nn.Sequential:
+    """[I] H -> H/2 -> H/4 -> 1 with ReLU: 2,623,489 parameters at H=2048, the paper's ~2.6M.
+    quantiles: H/4 -> len(QUANTILE_LEVELS), made increasing by a monotone layer."""
+    layers = [nn.Linear(hidden, hidden // 2), nn.ReLU(), nn.Linear(hidden // 2, hidden // 4),
+              nn.ReLU(), nn.Linear(hidden // 4, len(QUANTILE_LEVELS) if quantiles else 1)]
+    return nn.Sequential(*layers, *([MonotoneQuantiles()] if quantiles else []))
 
 
 def causal_mask(valid: torch.Tensor, query_positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -271,7 +279,7 @@ class DraftModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False) \
             if cfg.decoder else None
-        self.length_head = length_head(cfg.hidden_size)
+        self.length_head = length_head(cfg.hidden_size, cfg.length_quantiles)
         self.register_buffer("d2t", d2t.long().clone())
         self.register_buffer("t2d", t2d.bool().clone())
 
@@ -309,10 +317,15 @@ class DraftModel(nn.Module):
 
     # --- heads --------------------------------------------------------------------------------
 
+    @property
+    def length_levels(self) -> tuple[float, ...] | None:
+        """The quantile levels of the length head's outputs (None: one point estimate)."""
+        return QUANTILE_LEVELS if self.cfg.length_quantiles else None
+
     def length(self, state: torch.Tensor) -> torch.Tensor:
-        """Predicted log1p(remaining tokens) from draft states [..., H], outside autocast, in
-        the head's own dtype (fp32 when trained: a bf16 output would quantise predictions by up
-        to 1.6%)."""
+        """Predicted log1p(remaining tokens) from draft states [..., H] ([..., Q] quantiles with
+        `length_quantiles`), outside autocast, in the head's own dtype (fp32 when trained: a
+        bf16 output would quantise predictions by up to 1.6%)."""
         x = self.norm(state) if self.cfg.head_input == "postnorm" and self.layer else state
         with torch.autocast(x.device.type, enabled=False):
             return self.length_head(x.to(self.length_head[0].weight.dtype)).squeeze(-1)
