@@ -11,23 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lenbench.results import _check_type, _fail, _get, _is_num
+from lenbench.result_checks import check_type, fail, get_field, is_number
 
 _NUMBERS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
 
 
 def _check_summary(m: Any, field: str, source: str) -> None:
-    _check_type(m, field, source, "object")
+    check_type(m, field, source, "object")
     for key in _NUMBERS:
-        _check_type(_get(m, key, source, field), f"{field}.{key}", source, "number")
+        check_type(get_field(m, key, source, field), f"{field}.{key}", source, "number")
         ci = m.get(f"{key}_ci")
         if ci is not None and not (isinstance(ci, list) and len(ci) == 2
-                                   and all(map(_is_num, ci))):
-            raise _fail(source, f"{field}.{key}_ci", f"should be [low, high] or null, got {ci!r}")
-    hist = _get(m, "pit_histogram", source, field)
-    _check_type(hist, f"{field}.pit_histogram", source, "list")
-    if not all(map(_is_num, hist)):
-        raise _fail(source, f"{field}.pit_histogram", "should hold numbers")
+                                   and all(map(is_number, ci))):
+            raise fail(source, f"{field}.{key}_ci", f"should be [low, high] or null, got {ci!r}")
+    hist = get_field(m, "pit_histogram", source, field)
+    check_type(hist, f"{field}.pit_histogram", source, "list")
+    if not all(map(is_number, hist)):
+        raise fail(source, f"{field}.pit_histogram", "should hold numbers")
 
 
 def check_distribution_fields(d: Mapping[str, Any], source: str) -> None:
@@ -35,7 +35,7 @@ def check_distribution_fields(d: Mapping[str, Any], source: str) -> None:
     results without them (point predictors, older files) pass untouched."""
     dist = (d.get("metrics") or {}).get("distribution")
     if dist is not None:
-        _check_type(dist, "metrics.distribution", source, "object")
+        check_type(dist, "metrics.distribution", source, "object")
         for part in ("static", "dynamic"):
             if dist.get(part) is not None:
                 _check_summary(dist[part], f"metrics.distribution.{part}", source)
@@ -43,16 +43,16 @@ def check_distribution_fields(d: Mapping[str, Any], source: str) -> None:
     if "quantiles" not in preds:
         return
     n = len(preds.get("true") or [])
-    levels = _get(preds, "quantile_levels", source, "predictions")
-    _check_type(levels, "predictions.quantile_levels", source, "list")
+    levels = get_field(preds, "quantile_levels", source, "predictions")
+    check_type(levels, "predictions.quantile_levels", source, "list")
     quantiles = preds["quantiles"]
-    _check_type(quantiles, "predictions.quantiles", source, "list")
+    check_type(quantiles, "predictions.quantiles", source, "list")
     if len(quantiles) != n or not all(isinstance(q, list) and len(q) == len(levels)
-                                      and all(map(_is_num, q)) for q in quantiles):
-        raise _fail(source, "predictions.quantiles", f"should hold {n} lists of {len(levels)} "
+                                      and all(map(is_number, q)) for q in quantiles):
+        raise fail(source, "predictions.quantiles", f"should hold {n} lists of {len(levels)} "
                     "numbers (one per test row, one per quantile level)")
     for key in ("crps", "pit"):
         values = preds.get(key)
         if values is not None and (not isinstance(values, list) or len(values) != n
-                                   or not all(v is None or _is_num(v) for v in values)):
-            raise _fail(source, f"predictions.{key}", f"should hold {n} numbers or nulls")
+                                   or not all(v is None or is_number(v) for v in values)):
+            raise fail(source, f"predictions.{key}", f"should hold {n} numbers or nulls")

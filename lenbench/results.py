@@ -48,6 +48,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lenbench.result_checks import REGENERATE, ResultError, check_type, fail, get_field, is_number
+from lenbench.result_distributions import check_distribution_fields
 from lenbench.stages import atomic_write_bytes
 
 __all__ = ["SCHEMA_VERSION", "ResultError", "config_hash", "environment_info", "git_info",
@@ -58,10 +60,6 @@ SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "failed")
 KINDS = ("predictor", "reference")
-
-
-class ResultError(ValueError):
-    """A result file that does not follow the schema; the message names the file, field and fix."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,69 +152,25 @@ def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Pat
 # ---------------------------------------------------------------------------------------------
 # validation
 
-_REGEN = "re-run that job to regenerate the file, or delete it"
-
-
-def _fail(source: str, field: str, problem: str, fix: str = _REGEN) -> ResultError:
-    return ResultError(f"{source}: field '{field}' {problem}; fix: {fix}")
-
-
-def _get(d: Mapping[str, Any], dotted: str, source: str, prefix: str = "") -> Any:
-    """``d[a][b]`` for ``dotted`` = "a.b"; ``prefix`` is where ``d`` sits, for the error message."""
-    cur: Any = d
-    walked = prefix.split(".") if prefix else []
-    for part in dotted.split("."):
-        walked.append(part)
-        if not isinstance(cur, Mapping):
-            raise _fail(source, ".".join(walked[:-1]), "is not an object")
-        if part not in cur:
-            raise _fail(source, ".".join(walked), "is missing")
-        cur = cur[part]
-    return cur
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _check_type(value: Any, field: str, source: str, expected: str, nullable: bool = False) -> None:
-    if value is None and nullable:
-        return
-    ok = {
-        "str": isinstance(value, str) and value != "",
-        "text": isinstance(value, str),  # may be empty, e.g. str() of a bare exception
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "number": _is_num(value),
-        "bool": isinstance(value, bool),
-        "object": isinstance(value, Mapping),
-        "list": isinstance(value, list),
-    }[expected]
-    if not ok:
-        shown = json.dumps(value, default=str)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        what = {"str": "a non-empty string", "text": "a string"}.get(expected, f"a {expected}")
-        raise _fail(source, field, f"should be {what}{' or null' if nullable else ''}, got {shown}")
-
-
 def _check_static(m: Any, field: str, source: str) -> None:
-    _check_type(m, field, source, "object")
-    _check_type(_get(m, "n", source, field), f"{field}.n", source, "int")
-    _check_type(_get(m, "mae", source, field), f"{field}.mae", source, "number")
-    ci = _get(m, "mae_ci", source, field)
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_is_num, ci))):
-        raise _fail(source, f"{field}.mae_ci", f"should be [low, high] or null, got {ci!r}")
+    check_type(m, field, source, "object")
+    check_type(get_field(m, "n", source, field), f"{field}.n", source, "int")
+    check_type(get_field(m, "mae", source, field), f"{field}.mae", source, "number")
+    ci = get_field(m, "mae_ci", source, field)
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(is_number, ci))):
+        raise fail(source, f"{field}.mae_ci", f"should be [low, high] or null, got {ci!r}")
     for key in ("kendall_tau", "spearman", "within_25", "rmse"):
         if key in m:
-            _check_type(m[key], f"{field}.{key}", source, "number", nullable=True)
+            check_type(m[key], f"{field}.{key}", source, "number", nullable=True)
 
 
 def _check_dynamic(m: Any, field: str, source: str) -> None:
-    _check_type(m, field, source, "object")
-    _check_type(_get(m, "mae", source, field), f"{field}.mae", source, "number")
-    bins = _get(m, "mae_by_progress", source, field)
-    _check_type(bins, f"{field}.mae_by_progress", source, "list")
-    if not all(b is None or _is_num(b) for b in bins):
-        raise _fail(source, f"{field}.mae_by_progress", "should hold numbers or nulls")
+    check_type(m, field, source, "object")
+    check_type(get_field(m, "mae", source, field), f"{field}.mae", source, "number")
+    bins = get_field(m, "mae_by_progress", source, field)
+    check_type(bins, f"{field}.mae_by_progress", source, "list")
+    if not all(b is None or is_number(b) for b in bins):
+        raise fail(source, f"{field}.mae_by_progress", "should hold numbers or nulls")
 
 
 def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
@@ -227,65 +181,64 @@ def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
     """
     if not isinstance(d, dict):
         raise ResultError(f"{source}: a result must be a JSON object, got {type(d).__name__}; "
-                          f"fix: {_REGEN}")
-    version = _get(d, "schema_version", source)
+                          f"fix: {REGENERATE}")
+    version = get_field(d, "schema_version", source)
     if version != SCHEMA_VERSION:
-        fix = ("upgrade lenbench to read it" if _is_num(version) and version > SCHEMA_VERSION
-               else _REGEN)
-        raise _fail(source, "schema_version", f"is {version!r}, this lenbench reads "
+        fix = ("upgrade lenbench to read it" if is_number(version) and version > SCHEMA_VERSION
+               else REGENERATE)
+        raise fail(source, "schema_version", f"is {version!r}, this lenbench reads "
                     f"{SCHEMA_VERSION}", fix)
-    status = _get(d, "status", source)
+    status = get_field(d, "status", source)
     if status not in STATUSES:
-        raise _fail(source, "status", f"is {status!r}, expected one of {list(STATUSES)}")
-    kind = _get(d, "kind", source)
+        raise fail(source, "status", f"is {status!r}, expected one of {list(STATUSES)}")
+    kind = get_field(d, "kind", source)
     if kind not in KINDS:
-        raise _fail(source, "kind", f"is {kind!r}, expected one of {list(KINDS)}")
+        raise fail(source, "kind", f"is {kind!r}, expected one of {list(KINDS)}")
     for field in ("dataset.name", "model.name", "predictor.name", "config_hash", "created_at"):
-        _check_type(_get(d, field, source), field, source, "str")
-    _check_type(_get(d, "seed", source), "seed", source, "int")
+        check_type(get_field(d, field, source), field, source, "str")
+    check_type(get_field(d, "seed", source), "seed", source, "int")
     for field in ("config", "environment", "git"):
-        _check_type(_get(d, field, source), field, source, "object")
+        check_type(get_field(d, field, source), field, source, "object")
 
     if status == "failed":
-        err = _get(d, "error", source)
-        _check_type(err, "error", source, "object")
-        _check_type(_get(err, "type", source, "error"), "error.type", source, "str")
-        _check_type(_get(err, "message", source, "error"), "error.message", source, "text")
+        err = get_field(d, "error", source)
+        check_type(err, "error", source, "object")
+        check_type(get_field(err, "type", source, "error"), "error.type", source, "str")
+        check_type(get_field(err, "message", source, "error"), "error.message", source, "text")
         return d
 
-    _check_type(_get(d, "predictor.dynamic", source), "predictor.dynamic", source, "bool")
-    _check_type(_get(d, "timings", source), "timings", source, "object")
-    metrics = _get(d, "metrics", source)
-    _check_type(metrics, "metrics", source, "object")
-    static = _get(metrics, "static", source, "metrics")
+    check_type(get_field(d, "predictor.dynamic", source), "predictor.dynamic", source, "bool")
+    check_type(get_field(d, "timings", source), "timings", source, "object")
+    metrics = get_field(d, "metrics", source)
+    check_type(metrics, "metrics", source, "object")
+    static = get_field(metrics, "static", source, "metrics")
     dynamic = metrics.get("dynamic")
     if static is None and dynamic is None:
-        raise _fail(source, "metrics", "has neither static nor dynamic metrics for an ok run",
+        raise fail(source, "metrics", "has neither static nor dynamic metrics for an ok run",
                     "record the metrics, or set status to 'failed' with an error")
     if static is not None:
         _check_static(static, "metrics.static", source)
     if dynamic is not None:
         _check_dynamic(dynamic, "metrics.dynamic", source)
     variants = metrics.get("variants") or {}
-    _check_type(variants, "metrics.variants", source, "object")
+    check_type(variants, "metrics.variants", source, "object")
     for name, vm in variants.items():
         _check_static(vm, f"metrics.variants.{name}", source)
     preds = d.get("predictions")
     if preds is not None:
-        _check_type(preds, "predictions", source, "object")
-        true = _get(preds, "true", source, "predictions")
-        pred = _get(preds, "pred", source, "predictions")
-        _check_type(true, "predictions.true", source, "list")
-        _check_type(pred, "predictions.pred", source, "list")
+        check_type(preds, "predictions", source, "object")
+        true = get_field(preds, "true", source, "predictions")
+        pred = get_field(preds, "pred", source, "predictions")
+        check_type(true, "predictions.true", source, "list")
+        check_type(pred, "predictions.pred", source, "list")
         if len(true) != len(pred):
-            raise _fail(source, "predictions", f"has {len(true)} true values but {len(pred)} "
+            raise fail(source, "predictions", f"has {len(true)} true values but {len(pred)} "
                         "predictions")
-    from lenbench.result_distributions import check_distribution_fields
     check_distribution_fields(d, source)  # metrics.distribution, predictions.quantiles
     if d.get("scheduling") is not None:
-        _check_type(d["scheduling"], "scheduling", source, "object")
+        check_type(d["scheduling"], "scheduling", source, "object")
     if d.get("report") is not None:
-        _check_type(d["report"], "report", source, "object")
+        check_type(d["report"], "report", source, "object")
     return d
 
 
@@ -313,7 +266,7 @@ def load_results(results_dir: str | os.PathLike[str]) -> tuple[list[dict[str, An
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            problems.append(f"{rel}: not readable JSON ({exc}); fix: {_REGEN}")
+            problems.append(f"{rel}: not readable JSON ({exc}); fix: {REGENERATE}")
             continue
         try:
             validate_result(data, source=rel)

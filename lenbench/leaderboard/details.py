@@ -11,7 +11,6 @@ from typing import Any
 from lenbench.leaderboard.rows import (
     DASH,
     _cell,
-    _is_num,
     _mean,
     _mean_std,
     _num,
@@ -19,6 +18,7 @@ from lenbench.leaderboard.rows import (
     _Row,
     _table,
     _time,
+    is_number,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _seed_values(values: list[Any]) -> str:
     """One cell from a report entry's values over seeds: numbers as mean ± sample std, anything
     else as its distinct values in seed order."""
     present = [v for v in values if v is not None]
-    nums = [float(v) for v in present if _is_num(v) and math.isfinite(v)]
+    nums = [float(v) for v in present if is_number(v) and math.isfinite(v)]
     if present and len(nums) == len(present):
         if len(nums) == 1 or len(set(nums)) == 1:
             return _fmt_value(present[0])
@@ -131,7 +131,7 @@ def _observed_steps_table(rows: list[_Row]) -> list[str]:
             cells[0] += " (non-causal)"  # lenbench.causality: it reads the response's future
         for t in ts:
             vals = [at(d, "mae_by_observed_steps", t) for d in dyn]
-            cells.append(_mean_std([float(v) for v in vals if _is_num(v)]))
+            cells.append(_mean_std([float(v) for v in vals if is_number(v)]))
         cells.append(_time(_mean(row.values("timings", "predict_ms_per_step"))))
         body.append(cells)
     first = entries[0][1][0]
@@ -164,7 +164,7 @@ def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) ->
         same = [p for p in pops if p["observed_steps"] == ts and p["t_max"] == first["t_max"]]
         cells = [_cell(row.label)]
         for i in range(len(ts)):
-            cells.append(_mean_std([float(p["mae"][i]) for p in same if _is_num(p["mae"][i])]))
+            cells.append(_mean_std([float(p["mae"][i]) for p in same if is_number(p["mae"][i])]))
         body.append(cells)
     header = ["Predictor"] + [f"t = {t}" for t in ts]
     return [_table(header, [":---"] + ["---:"] * len(ts), body), "",
@@ -176,7 +176,7 @@ def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) ->
 
 def _depth_list(spec: dict[str, Any], key: str) -> list[float] | None:
     values = spec.get(key)
-    if isinstance(values, list) and values and all(_is_num(v) for v in values):
+    if isinstance(values, list) and values and all(is_number(v) for v in values):
         return [float(v) for v in values]
     return None
 
@@ -202,7 +202,7 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
             header.append(f"mean {sym}")
     body = []
     for label, specs in table_rows:
-        taus = [float(s["tau"]) for s in specs if _is_num(s.get("tau"))]
+        taus = [float(s["tau"]) for s in specs if is_number(s.get("tau"))]
         cells = [label, _mean_std(taus, 2)]
         for key, _, _ in groups:
             lists = [v for v in (_depth_list(s, key) for s in specs) if v]

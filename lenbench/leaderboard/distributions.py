@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from lenbench.leaderboard.plots import _save_png
-from lenbench.leaderboard.rows import DASH, _cell, _is_num, _Row, _table
+from lenbench.leaderboard.rows import DASH, _cell, _Row, _table
 from lenbench.metrics import paired_difference
+from lenbench.result_checks import is_number
 
 _KEYS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
 _HEADER = ["Predictor", "Mean pinball", "CRPS", "Δ CRPS vs siblings", "50% coverage",
@@ -66,7 +67,7 @@ def _pooled(results: list[dict[str, Any]], part: str) -> dict[str, Any]:
     parts = [p for p in (_part(r, part) for r in results) if p is not None]
     out: dict[str, Any] = {}
     for key in _KEYS:
-        vals = [p[key] for p in parts if _is_num(p.get(key))]
+        vals = [p[key] for p in parts if is_number(p.get(key))]
         out[key] = statistics.fmean(vals) if vals else None
         cis = [p[f"{key}_ci"] for p in parts if isinstance(p.get(f"{key}_ci"), list)]
         out[f"{key}_ci"] = ([statistics.fmean(c[0] for c in cis),

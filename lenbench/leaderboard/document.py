@@ -21,11 +21,11 @@ from lenbench.leaderboard.rows import (
     LEGEND,
     _build_rows,
     _cell,
-    _is_num,
     _mean,
     _Row,
     _row_cells,
     _table,
+    is_number,
 )
 from lenbench.leaderboard.scheduling import _scheduling_section
 from lenbench.results import load_results, safe_name
@@ -118,7 +118,7 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
                      "results scored on other labels, and the markers newer runs record († and "
                      "non-causal) are missing. Re-run them to get all three.")
     prompts = [int(r["dataset"]["n_test_prompts"]) for r in ok
-               if _is_num((r.get("dataset") or {}).get("n_test_prompts"))]
+               if is_number((r.get("dataset") or {}).get("n_test_prompts"))]
     if prompts and max(prompts) < MIN_RANKING_PROMPTS:
         notes.append(f"**Too few test prompts to rank predictors** ({max(prompts)} < "
                      f"{MIN_RANKING_PROMPTS}): differences here are anecdotes, not rankings.")
@@ -145,7 +145,7 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
     for row in floors:
         bounds = (row.results[0].get("metrics") or {}).get("noise_floor") or {}
         n_test = (row.results[0].get("dataset") or {}).get("n_test")
-        if _is_num(bounds.get("n")) and bounds["n"] != n_test:
+        if is_number(bounds.get("n")) and bounds["n"] != n_test:
             notes.append(f"*{row.label}* is scored on {bounds['n']} of the {n_test} test rows "
                          f"(the uncensored rows of {bounds['n_prompts']} prompts with at least two of them).")
     return [line for note in notes for line in (note, "")]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lenbench.result_checks import is_number
 from lenbench.results import config_hash
 
 DASH = "—"
@@ -68,7 +69,7 @@ class _Row:
             else:
                 m = r.get(section)
             value = (m or {}).get(key)
-            if _is_num(value) and math.isfinite(value):
+            if is_number(value) and math.isfinite(value):
                 out.append(float(value))
         return out
 
@@ -77,9 +78,6 @@ class _Row:
         vals = self.values("static", "mae")
         return statistics.fmean(vals) if vals else None
 
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _report(r: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +210,7 @@ def _row_cells(row: _Row) -> list[str]:
         name += " (non-causal)"  # lenbench.causality: its dynamic estimates read the future
     if row.kind == "reference" and not isinstance(bounds, dict):
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
-    if isinstance(bounds, dict) and _is_num(bounds.get("in_sample")):
+    if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
         mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
         interval = bounds.get("interval")
         ci = DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]"

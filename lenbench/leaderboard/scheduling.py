@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lenbench.leaderboard.rows import DASH, _cell, _is_num, _num, _params_key, _table
+from lenbench.leaderboard.rows import DASH, _cell, _num, _params_key, _table, is_number
 
 
 def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
@@ -91,7 +91,7 @@ def _sched_score_text(score: dict[str, Any] | None) -> str:
         return DASH
     text = f"{100 * score['value']:.0f}%"
     lo, hi = score.get("ci95_low"), score.get("ci95_high")
-    if _is_num(lo) and _is_num(hi):
+    if is_number(lo) and is_number(hi):
         text += f" [{100 * lo:.0f}, {100 * hi:.0f}]"
     return text
 
@@ -116,10 +116,10 @@ def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[s
     seeds) that carry the same-dispatcher score, and their number (all runs if none does)."""
     entry = runs[0][0]
     taus = [e["kendall_tau"] for e, _, _ in runs
-            if _is_num(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
+            if is_number(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
     tau = _num(statistics.fmean(taus), 3) if taus else DASH
     if entry.get("row") == "baseline":
-        secs = [DASH if not _is_num(entry.get(key)) else f"{entry[key]:,.2f} s"
+        secs = [DASH if not is_number(entry.get(key)) else f"{entry[key]:,.2f} s"
                 for key, _ in _SCHED_CHANGES]
         return [name, DASH, *secs, DASH, str(len(runs))]
     stats = _sched_stats(runs, metric)
@@ -138,12 +138,12 @@ def _sched_intro(first: dict[str, Any]) -> str:
     cfg = first.get("config") or {}
     cv = cfg.get("arrival_cv")
     arrivals = ("Poisson arrivals" if cv == 1 else
-                f"gamma arrivals (cv {cv:g})" if _is_num(cv) else "arrivals as configured")
+                f"gamma arrivals (cv {cv:g})" if is_number(cv) else "arrivals as configured")
     load = first.get("load_factor")
     return (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
             f"requests drawn from the test rows per simulator seed, simulator seeds "
             f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
-            f"{_num(load, 2) if _is_num(load) else DASH} of the estimated saturation rate "
+            f"{_num(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
             f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
             f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
             f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
@@ -226,7 +226,7 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     def order(name: str) -> tuple[float, str]:
         score = _sched_stats(by_name[name], metric)["score"]
         value = None if score is None else score.get("value")
-        return (-value if _is_num(value) else math.inf, name)
+        return (-value if is_number(value) else math.inf, name)
 
     body += [_sched_cells(_cell(name), by_name[name], metric)
              for name in sorted(by_name, key=order)]
@@ -288,7 +288,7 @@ def _cmp_preemptions(records: list[dict[str, Any]], rows: tuple[str, ...]) -> st
         vals = [float(x) for r in records
                 for x in ((((r["scheduling"].get("comparison") or {}).get("rows") or {})
                            .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
-                          or []) if _is_num(x)]
+                          or []) if is_number(x)]
         if vals:
             parts.append(f"{row.split('_')[0]} {statistics.fmean(vals):.2f}")
     return ", ".join(parts) or DASH

@@ -11,7 +11,6 @@ Needs numpy only; the plots import matplotlib lazily.
 from lenbench.sim.capacity import capacity, resolve_qps, saturation_qps
 from lenbench.sim.comparison import compare_policies, distribution_key
 from lenbench.sim.config import SCORE_METRICS, SimConfig
-from lenbench.sim.engine import SimResult, simulate
 from lenbench.sim.evaluate import load_sweep, noisy_oracle_sweep, simulate_predictions
 from lenbench.sim.metrics import (
     aggregate,
@@ -25,6 +24,8 @@ from lenbench.sim.metrics import (
 )
 from lenbench.sim.predictors import constant, noisy_oracle, one_bit, oracle, random_permutation
 from lenbench.sim.remaining import RemainingEstimates
+from lenbench.sim.result import SimResult
+from lenbench.sim.run import simulate
 from lenbench.sim.timing import (
     A100_LLAMA3_8B,
     H100_LLAMA3_8B,

@@ -31,7 +31,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.sim.config import SCORE_METRICS, SimConfig
-from lenbench.sim.engine import simulate
 from lenbench.sim.evaluate import (
     CHANGE_METRICS,
     HEADLINE_FIGURES,
@@ -41,6 +40,7 @@ from lenbench.sim.evaluate import (
 from lenbench.sim.metrics import aggregate, ratio_interval, run_figures
 from lenbench.sim.predictors import constant
 from lenbench.sim.remaining import RemainingEstimates
+from lenbench.sim.run import simulate
 from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 

@@ -10,7 +10,8 @@ finishing, or a boundary at which a newly arrived request can be admitted) its b
 and every running request gains one token per iteration, so the boundary times of the whole
 stretch follow from the time model in one vectorised call. Per-event Python work is O(changes).
 The decode instance's state is decode.py; preemptive re-ranking (queue srpt) extends this event
-loop through its hooks (refill, next_stop, admitted/finished) in preemption.py.
+loop through its hooks (refill, next_stop, admitted/finished) in preemption.py; run.py's
+`simulate` picks the engine for a queue policy.
 """
 
 from __future__ import annotations
@@ -20,60 +21,17 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
-from lenbench.sim.config import DISPATCH_POLICIES, QUEUE_POLICIES, SimConfig
+from lenbench.sim.config import SimConfig
 from lenbench.sim.decode import Decode
 from lenbench.sim.result import SimResult
-from lenbench.sim.timing import TimeModel, get_time_model
+from lenbench.sim.timing import TimeModel
 from lenbench.sim.workload import Workload
 
 # Event kinds double as priorities at equal times: arrivals join queues before a prefill batch
 # forms, and KV caches arriving exactly at an iteration boundary are admitted at it.
 _ARRIVE, _PREFILL_DONE, _KV_READY, _BOUNDARY = 0, 1, 2, 3
-
-
-def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None = None,
-             dispatch: str | None = None, queue: str | None = None, seed: int = 0,
-             record_timeline: bool = False, dispatch_len: ArrayLike | None = None,
-             remaining: Any = None) -> SimResult:
-    """Run one simulation of `workload` on the cluster of `cfg`.
-
-    `dispatch`/`queue` override cfg.dispatch/cfg.queue (handy for policy sweeps); `time_model`
-    overrides cfg.time_model; `seed` drives only the random choices of pow2 dispatch. With
-    `record_timeline` the result carries rows (time, instance, running, waiting) at every
-    processed boundary, for plots of load over time. `dispatch_len` (aligned with the workload)
-    is what lb/pow2 dispatch balance on instead of `workload.pred_len`: one value for everyone
-    makes dispatch prediction-free, so that runs differing only in `pred_len` differ only in
-    queue order (what `simulate_predictions` does unless cfg.dispatch_uses_predictions).
-
-    Queue keys: fcfs admits by arrival; sjf by predicted length (minus aging_alpha times the
-    request's age since arrival under aging), ties by arrival. A constant prediction therefore
-    admits in exactly FCFS order, with or without a starvation guard. srpt re-ranks by
-    predicted remaining length and preempts (preemption.py); `remaining` (a
-    `RequestRemaining`) supplies its dynamic estimates, else it uses pred_len - generated.
-    """
-    dispatch = cfg.dispatch if dispatch is None else dispatch
-    queue = cfg.queue if queue is None else queue
-    if dispatch not in DISPATCH_POLICIES:
-        raise ValueError(f"dispatch must be one of {DISPATCH_POLICIES}, got {dispatch!r}")
-    if queue not in QUEUE_POLICIES:
-        raise ValueError(f"queue must be one of {QUEUE_POLICIES}, got {queue!r}")
-    model = time_model if time_model is not None else get_time_model(cfg.time_model,
-                                                                      cfg.linear_abc)
-    balance = None
-    if dispatch_len is not None:
-        balance = np.asarray(dispatch_len, dtype=np.float64)
-        if balance.shape != workload.pred_len.shape or not np.all(np.isfinite(balance)):
-            raise ValueError(f"dispatch_len must be finite with shape {workload.pred_len.shape}")
-    if queue == "srpt":
-        from lenbench.sim.preemption import PreemptiveEngine
-
-        return PreemptiveEngine(workload, cfg, model, dispatch, queue, seed, record_timeline,
-                                balance, remaining).run()
-    if remaining is not None:
-        raise ValueError("remaining-length estimates need queue='srpt'")
-    return _Engine(workload, cfg, model, dispatch, queue, seed, record_timeline, balance).run()
 
 
 class _Engine:

@@ -25,7 +25,6 @@ from numpy.typing import ArrayLike
 
 from lenbench.sim.capacity import resolve_qps
 from lenbench.sim.config import SCORE_METRICS, SimConfig
-from lenbench.sim.engine import simulate
 from lenbench.sim.metrics import (
     aggregate,
     class_masks,
@@ -34,6 +33,7 @@ from lenbench.sim.metrics import (
     run_figures,
 )
 from lenbench.sim.predictors import constant, noisy_oracle, oracle
+from lenbench.sim.run import simulate
 from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lenbench.sim.engine import SimResult
+from lenbench.sim.result import SimResult
 
 METRICS = ("e2e", "ttft", "queue_delay", "tpot", "norm_latency")
 STATS = ("p50", "p90", "p99", "mean")
