@@ -9,9 +9,9 @@ rather than being dominated by long responses.
 
 Static prediction is the same head at t = 0. z_0 pools prompt positions 0..n-1, which is exactly
 the static entropy pool of the prompt. Dynamic MAE is scored by the harness (also by progress
-decile). MAE by the number of observed steps (t = 0, 8, 16, 32, ...), the paper's warm-up reading, is
-scored on the test split by the harness for every dynamic predictor (metrics.dynamic, shown in the
-leaderboard's predictor details); fit also computes it on the val split
+decile). MAE by the number of observed steps (t = 0, 8, 16, 32, ...), the paper's warm-up reading,
+is scored on the test split by the harness for every dynamic predictor (metrics.dynamic, shown in
+the leaderboard's predictor details); fit also computes it on the val split
 (`mae_by_observed_steps`) and `report()` stores that reading.
 
 The head's bin distribution is the predicted distribution: it is trained on remaining tokens, so

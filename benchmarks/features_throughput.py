@@ -89,8 +89,8 @@ def batches_like_extract(labels: pd.DataFrame, batch_tokens: int) -> list[list[i
 
 
 def padded(labels: pd.DataFrame, batch: list[int]):
-    return pad_right([list(labels.at[i, "prompt_token_ids"]) + list(labels.at[i, "output_token_ids"])
-                      for i in batch])
+    return pad_right([list(labels.at[i, "prompt_token_ids"])
+                      + list(labels.at[i, "output_token_ids"]) for i in batch])
 
 
 def sync(device: torch.device) -> None:
@@ -182,7 +182,8 @@ def compare_model(args) -> int:
     prompt_len, resp_len = args.prompt_len or 128, args.resp_len or 192
     batch_tokens = args.batch_tokens or 8192
     threads = (args.threads or "1").split(",")
-    dtypes = (args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")).split(",")
+    default_dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
+    dtypes = (args.dtype or default_dtype).split(",")
     env = environment(torch.device(args.device), getattr(torch, dtypes[0]))
     env.pop("threads"), env.pop("dtype")
     print("environment: " + "  ".join(f"{k}={v}" for k, v in env.items()), flush=True)
@@ -254,8 +255,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions of each (best kept)")
     ap.add_argument("--threads", default=None,
                     help="torch CPU threads (cpu default 1); with --model a comma list, e.g. 1,2")
-    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: compare on this model instead "
-                    "(--dtype and --threads then take comma lists)")
+    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: compare on "
+                    "this model instead (--dtype and --threads then take comma lists)")
     ap.add_argument("--worker", choices=("plain", "extract"), help=argparse.SUPPRESS)
     ap.add_argument("--json")
     args = ap.parse_args()

@@ -122,8 +122,9 @@ def plain_features(model, labels: pd.DataFrame, layers: dict[str, int]) -> float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="use the toy_tiny model")
-    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: generate only, on built-in "
-                                    "instructions rendered through its chat template")
+    ap.add_argument("--model", help="a from_pretrained folder or a model preset name: generate "
+                                    "only, on built-in instructions rendered through its chat "
+                                    "template")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=256)

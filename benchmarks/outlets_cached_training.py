@@ -61,7 +61,8 @@ def main() -> None:
 
     from lenbench.models.loading import model_folder
 
-    args.model = model_folder(args.model, Path(__file__).resolve().parent.parent / ".cache/lenbench")
+    cache_dir = Path(__file__).resolve().parent.parent / ".cache/lenbench"
+    args.model = model_folder(args.model, cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     target = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     seqs = sequences(tokenizer, args.sequences, args.tokens)

@@ -62,7 +62,8 @@ def main() -> None:
                          "head_over_backbone": t["length_head_ms"] / t["backbone_ms"]})
             print(f"{name:14s} batch {b:3d}: backbone {t['backbone_ms']:8.3f} ms  "
                   f"draft lm head {t['draft_lm_head_ms']:8.3f} ms  length head "
-                  f"{t['length_head_ms']:7.3f} ms  (head/backbone {rows[-1]['head_over_backbone']:.3f})"
+                  f"{t['length_head_ms']:7.3f} ms  "
+                  f"(head/backbone {rows[-1]['head_over_backbone']:.3f})"
                   f"  params: backbone {counts['backbone'] / 1e6:.1f}M, "
                   f"head {counts['length_head'] / 1e6:.2f}M", flush=True)
         del draft

@@ -86,7 +86,9 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
 
 
 def views(world: World, target=None) -> tuple[SplitView, SplitView, SplitView]:
-    make = lambda s: SplitView(s, world.labels, world.rows(s), world.features, target)
+    def make(s):
+        return SplitView(s, world.labels, world.rows(s), world.features, target)
+
     return make("train"), make("val"), make("test")
 
 
@@ -207,7 +209,10 @@ def distribution_predictions(dist: LengthDistribution, true: np.ndarray,
     """Per-row figures that the distribution metrics are means of: the quantiles at
     QUANTILE_LEVELS and each row's CRPS and PIT (null for censored rows, which are not scored)."""
     scores = row_scores(dist, true)
-    per_row = lambda v: [None if c else float(x) for x, c in zip(v, censored)]
+
+    def per_row(v):
+        return [None if c else float(x) for x, c in zip(v, censored)]
+
     return {"quantile_levels": list(QUANTILE_LEVELS),
             "quantiles": dist.quantile(QUANTILE_LEVELS).tolist(),
             "crps": per_row(scores["crps"]), "pit": per_row(scores["pit"])}
@@ -282,8 +287,9 @@ def noise_floor_result(world: World, cfg: dict,
     prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`);
     `distribution` scores its distributional twin, the empirical distribution of the prompt's
     other samples (`distribution_metrics.sibling_distributions`). It is
-    scored on the uncensored rows of prompts with at least two of them, which `static.n` records. `seed` is
-    ignored: the reference does not depend on the predictors' seed, so a sweep writes it once.
+    scored on the uncensored rows of prompts with at least two of them, which `static.n` records.
+    `seed` is ignored: the reference does not depend on the predictors' seed, so a sweep writes it
+    once.
     """
     ev = cfg.get("eval", {})
     _, _, test = views(world)

@@ -1,8 +1,8 @@
 """Static and dynamic metrics for length predictors, bootstrap intervals and the noise floor.
 
-Every interval is a bootstrap over *prompts*, not rows: samples of one prompt share the prompt and are
-correlated, so resampling rows would make the intervals too narrow when there are several samples
-per prompt (docs/protocol.md).
+Every interval is a bootstrap over *prompts*, not rows: samples of one prompt share the prompt and
+are correlated, so resampling rows would make the intervals too narrow when there are several
+samples per prompt (docs/protocol.md).
 
 Hand-checkable example (two prompts; prompt ``a`` has two samples)::
 
@@ -106,9 +106,10 @@ def static_metrics(
 ) -> dict[str, Any]:
     """Pointwise and rank metrics of total-length predictions, with a prompt-level bootstrap CI.
 
-    Rows whose prediction is not finite (e.g. the noise floor for a prompt with a single sample) are
-    excluded and counted in ``n_excluded`` rather than silently dropped. ``kendall_tau`` (tau-b, which
-    corrects for the many ties of integer lengths) and ``spearman`` are None when undefined.
+    Rows whose prediction is not finite (e.g. the noise floor for a prompt with a single sample)
+    are excluded and counted in ``n_excluded`` rather than silently dropped. ``kendall_tau``
+    (tau-b, which corrects for the many ties of integer lengths) and ``spearman`` are None when
+    undefined.
 
     ``censored`` marks rows whose true length is only known to be at least ``true`` (the cap cut
     them off): their error is the shortfall ``true - pred`` when the prediction falls short, and
@@ -183,10 +184,11 @@ def dynamic_metrics(
     """Remaining-length MAE by the OUTLETS protocol, its prompt-level CI, and MAE by progress bin
     and by observed steps.
 
-    Per request, the mean over its scored steps of |(L - t) - r_t|; then the plain mean over requests,
-    so long responses (many steps) do not dominate (docs/protocol.md). Steps may be strided: only the
-    steps given are averaged. ``mae_by_progress[b]`` uses steps with floor(n_bins * t / L) == b, also
-    averaged per request first; it is None for a bin that no step falls in.
+    Per request, the mean over its scored steps of |(L - t) - r_t|; then the plain mean over
+    requests, so long responses (many steps) do not dominate (docs/protocol.md). Steps may be
+    strided: only the steps given are averaged. ``mae_by_progress[b]`` uses steps with
+    floor(n_bins * t / L) == b, also averaged per request first; it is None for a bin that no step
+    falls in.
 
     ``mae_by_observed_steps[i]`` is the ForeLen/PLP warm-up reading (ForeLen, arXiv 2602.11812):
     the MAE of L - t at exactly t = ``observed_steps[i]`` over the requests still decoding at t

@@ -69,9 +69,9 @@ KINDS = ("predictor", "reference")
 def config_hash(cfg: Mapping[str, Any]) -> str:
     """Stable 12-hex-digit id of a resolved config: same config, same result path, on any machine.
 
-    Keys are sorted and non-JSON values (paths, enums) are stringified, so dict order and types that
-    round-trip to the same text do not change the hash. Include the seed in ``cfg``: runs that differ
-    only by seed must not overwrite each other.
+    Keys are sorted and non-JSON values (paths, enums) are stringified, so dict order and types
+    that round-trip to the same text do not change the hash. Include the seed in ``cfg``: runs that
+    differ only by seed must not overwrite each other.
     """
     text = json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
@@ -81,7 +81,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
 
 
 def safe_name(name: str) -> str:
-    """A path component from a free-form name (``org/model`` -> ``org_model``), never empty or dots."""
+    """A path component from a free-form name (``org/model`` -> ``org_model``), never empty or
+    dots."""
     cleaned = _UNSAFE.sub("_", str(name)).strip("_")
     if set(cleaned) <= {"."}:  # "", "." and ".." would escape or collapse the folder layout
         cleaned = cleaned.replace(".", "_") or "_"

@@ -57,8 +57,9 @@ def train_head(
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_state, bad, history = float("inf"), None, 0, []
-    with Progress(TextColumn(f"[bold]{description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), disable=not progress) as bar:
+    with Progress(TextColumn(f"[bold]{description}"), BarColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                  disable=not progress) as bar:
         task = bar.add_task(description, total=epochs, info="")
         for epoch in range(epochs):
             model.train()

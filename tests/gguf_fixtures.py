@@ -92,13 +92,14 @@ def _randomise(model, seed: int, norm_offset: float) -> None:
     """Weights large enough that a layout or offset error moves the logits visibly."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
             p.copy_(norm_offset + 0.2 * noise if p.ndim == 1 else 0.3 * noise)
 
 
 def tiny_llama_reference(vocab_size: int, n_layers: int = 2, seed: int = 0):
-    """A random LlamaForCausalLM with grouped-query attention (4 query / 2 KV heads), untied head."""
+    """A random LlamaForCausalLM with grouped-query attention (4 query / 2 KV heads), untied
+    head."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
@@ -222,7 +223,8 @@ def write_llama_gguf(model, path: Path, vocab: dict, qtype=None, chat_template: 
 
 
 def write_gemma3_gguf(model, path: Path, vocab: dict, qtype=None) -> Path:
-    """`model` as a gemma3 GGUF with a sentencepiece tokenizer (the shape of Gemma 3 270M's file)."""
+    """`model` as a gemma3 GGUF with a sentencepiece tokenizer (the shape of Gemma 3 270M's
+    file)."""
     import gguf
 
     qtype = gguf.GGMLQuantizationType.F32 if qtype is None else qtype

@@ -1,4 +1,5 @@
-"""The `lenbench` Hydra app: multirun, failures recorded (or raised), unknown names, user predictors.
+"""The `lenbench` Hydra app: multirun, failures recorded (or raised), unknown names, user
+predictors.
 
 All runs reuse the session cache of the `e2e` fixture (same upstream overrides, same stage keys),
 so each is seconds. User predictors live in tests/fixtures/user_predictors (put on PYTHONPATH) with

@@ -26,7 +26,10 @@ def simulated_splits(n_train: int, n_val: int, n_test: int, seed: int = 0):
                      "text": "", "prompt_token_ids": list(range(n)), "output_token_ids": [],
                      "L": length, "finish_reason": "stop", "censored": False})
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
-    view = lambda s: SplitView(s, labels, np.flatnonzero(labels["split"] == s))
+
+    def view(s):
+        return SplitView(s, labels, np.flatnonzero(labels["split"] == s))
+
     return view("train"), view("val"), view("test")
 
 

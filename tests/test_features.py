@@ -225,7 +225,7 @@ def test_entropy_in_small_tiles_through_extract(model, labels, direct, tmp_path,
     monkeypatch.setattr(extract, "ENTROPY_TILE", {"cpu": (5, 24), "accelerator": (5, 24)})
     store = _extract(model, labels, tmp_path / "t", roles=("mid",), poolings=("entropy",),
                      step_roles=("mid",))
-    for i, ((n, L), (hs, logits)) in enumerate(zip(SHAPES, direct)):
+    for i, ((n, _L), (hs, logits)) in enumerate(zip(SHAPES, direct)):
         e = _entropy(logits)
         np.testing.assert_allclose(store.entropy(i), e, rtol=1e-4, atol=1e-4)
         w = np.exp(e[:n] - e[:n].max())

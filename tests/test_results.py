@@ -179,7 +179,8 @@ def test_load_results_missing_folder(tmp_path: Path) -> None:
 
 def test_environment_and_git_info(tmp_path: Path) -> None:
     env = environment_info(device="cpu")
-    assert {"python", "platform", "torch", "transformers", "numpy", "device", "cpu_count"} <= set(env)
+    expected = {"python", "platform", "torch", "transformers", "numpy", "device", "cpu_count"}
+    assert expected <= set(env)
     assert env["device"] == "cpu"
     assert git_info(tmp_path) == {"revision": None, "dirty": None}
     assert utc_now().endswith("Z")

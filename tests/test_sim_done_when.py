@@ -1,4 +1,5 @@
-"""The simulator's acceptance checks: the OUTLETS preset reproduces the paper's direction and magnitudes.
+"""The simulator's acceptance checks: the OUTLETS preset reproduces the paper's direction and
+magnitudes.
 
 outlets_paper (1 prefill + 3 decode, 256 slots, 1,914 requests at 100 QPS), lognormal output
 lengths of mean ~1,150 capped at 2,048, oracle predictions: LB+SJF cuts short-request P99 by

@@ -420,7 +420,7 @@ def test_hydra_dataset_override(tmp_path: Path, name: str) -> None:
     assert len(df) == 2 and card["source"]["path"] == str(f)
 
 
-# ---------------------------------------------------------------------------- rows that once crashed
+# --------------------------------------------------------------------------- rows that once crashed
 
 
 def test_lone_surrogate_is_a_counted_bad_row(tmp_path: Path) -> None:

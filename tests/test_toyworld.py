@@ -81,7 +81,8 @@ def test_explain_is_heavy_tailed_and_topic_dependent(corpus: list[ToyExample]) -
         by_topic[ex.meta["topic"]].append(n)
         by_style[ex.meta["style"]].append(n)
     topic_mean = {t: np.mean(v) for t, v in by_topic.items()}
-    lo, hi = min(EXPLAIN_TOPICS, key=EXPLAIN_TOPICS.get), max(EXPLAIN_TOPICS, key=EXPLAIN_TOPICS.get)
+    lo = min(EXPLAIN_TOPICS, key=EXPLAIN_TOPICS.get)
+    hi = max(EXPLAIN_TOPICS, key=EXPLAIN_TOPICS.get)
     assert topic_mean[hi] > 2.5 * topic_mean[lo], topic_mean
     assert np.mean(by_style["brief"]) < np.mean(by_style["plain"]) < np.mean(by_style["detail"])
     medians = [ex.meta["median_sentences"] for ex in explain]

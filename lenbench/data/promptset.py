@@ -216,4 +216,5 @@ def save_promptset(folder: Path, df: pd.DataFrame, card: dict) -> None:
 
 
 def load_promptset(folder: Path) -> tuple[pd.DataFrame, dict]:
-    return pd.read_parquet(folder / "prompts.parquet"), json.loads((folder / "card.json").read_text())
+    card = json.loads((folder / "card.json").read_text())
+    return pd.read_parquet(folder / "prompts.parquet"), card

@@ -79,7 +79,8 @@ def next_token_entropy(hidden: torch.Tensor, head: torch.nn.Module, softcap: flo
     return out
 
 
-def running_entropy_pool(h: torch.Tensor, entropy: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+def running_entropy_pool(h: torch.Tensor, entropy: torch.Tensor,
+                         ends: torch.Tensor) -> torch.Tensor:
     """Entropy-weighted pools of h[b, 0..e] for each (b, e) in `ends` [K, 2], from running sums.
 
     h [B, T, H], entropy [B, T]; right padding needs no mask, as pool e never reads beyond e.

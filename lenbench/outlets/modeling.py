@@ -344,7 +344,9 @@ class DraftModel(nn.Module):
         return [p for m in mods for p in m.parameters()]
 
     def parameter_counts(self) -> dict[str, int]:
-        count = lambda ps: sum(p.numel() for p in ps)
+        def count(ps):
+            return sum(p.numel() for p in ps)
+
         layer = count(self.layer.parameters()) if self.layer else 0
         return {"backbone": count(self.backbone_parameters()), "fc": count(self.fc.parameters()),
                 "decoder_layer": layer,

@@ -47,7 +47,10 @@ def _decode_step_ms(draft, batch, context, reps, dtype):
     device = p.device
     cfg = draft.cfg
     gen = torch.Generator(device="cpu").manual_seed(0)
-    rand = lambda *shape: torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
     fused = rand(batch, 1, 3 * cfg.target_hidden_size)
     token = torch.zeros((batch, 1), dtype=torch.long, device=device)
     pos = torch.full((batch, 1), context, device=device)

@@ -34,7 +34,8 @@ _IGNORED_KEYS = frozenset({"enabled", "_target_", "name"})
 @dataclass(frozen=True)
 class SimConfig:
     """All parameters of a run. The defaults are the outlets_paper preset (the OUTLETS
-    serving study, arXiv 2609.01068 App. C: A100 timing, Llama-3-8B KV size, 1 prefill + 3 decode, 1,914 requests at 100 QPS).
+    serving study, arXiv 2609.01068 App. C: A100 timing, Llama-3-8B KV size, 1 prefill + 3
+    decode, 1,914 requests at 100 QPS).
 
     Cluster: `n_prefill` prefill instances with FCFS token-budget batches of at most
     `max_prefill_tokens`; KV caches cross one shared FIFO link; `n_decode` decode instances run

@@ -3,8 +3,8 @@
 The simulator only ever asks two questions, so any object with these two methods works
 (`TimeModel`). Decode time must accept an array of context sizes because the engine prices
 many consecutive iterations at once (between events the batch is fixed and each running request
-gains one token per iteration). Where the constants come from is said beside each preset below (A100 from
-Vidur's published profile).
+gains one token per iteration). Where the constants come from is said beside each preset below
+(A100 from Vidur's published profile).
 """
 
 from __future__ import annotations

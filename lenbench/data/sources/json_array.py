@@ -3,6 +3,7 @@ is counted at its line and byte offset and reading resumes at the next one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -83,10 +84,8 @@ def read_json_array(path: Path, text: str) -> Iterator[Record]:
     if pos < len(text) and not indent.strip(" \t"):
         one_a_line = bool(indent)
         if not indent:
-            try:
+            with contextlib.suppress(ValueError, RecursionError):
                 one_a_line = "\n" not in text[pos:decode(pos)[1]]
-            except (ValueError, RecursionError):
-                pass
         starts = VALUE_START if one_a_line else re.escape(text[pos])
         mark = re.compile(re.escape("\n" + indent) + f"(?={starts})")
     # A list written on one line has no such mark: there reading resumes after the next ','
@@ -139,7 +138,8 @@ def read_json_array(path: Path, text: str) -> Iterator[Record]:
             msg = (f"{why}; {size:,} bytes from byte {byte:,} could not be read and are "
                    f"skipped, reading resumes at line {offsets.line:,}")
         elif not truncated:
-            msg = f"{why}; the rest of the file from byte {byte:,} ({size:,} bytes) could not be read"
+            msg = (f"{why}; the rest of the file from byte {byte:,} ({size:,} bytes) "
+                   "could not be read")
         elif start >= len(text):
             msg = (f"{why}; the file ends at byte {byte:,} before the {what} is closed: "
                    f"{n_read:,} complete records read")

@@ -115,7 +115,8 @@ def open_records(source: str, *, path: str | None, hub_id: str | None, data_file
                 hint = ("" if path is not None else " (offline, gated or a typo? set "
                         "dataset.path to a local copy)")
                 raise SourceError(f"dataset={source}: datasets.load_dataset({target!r}) failed "
-                                  f"after {'some' if produced else 'no'} rows{hint}: {msg}") from exc
+                                  f"after {'some' if produced else 'no'} rows{hint}: {msg}"
+                                  ) from exc
             log.warning("dataset=%s: datasets.load_dataset failed (%s); reading the files one "
                         "by one with lenbench's readers instead", source, msg)
             info["reader"] = f"lenbench, file by file (datasets.load_dataset failed: {msg})"

@@ -31,7 +31,8 @@ class SourceError(ValueError):
 
 
 class BadRow(Exception):
-    """Raised by a source's row converter; becomes a counted `Rejected` (or, if strict, an error)."""
+    """Raised by a source's row converter; becomes a counted `Rejected` (or, if strict, an
+    error)."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)

@@ -55,7 +55,7 @@ def sharegpt_source(path: str | None = None, hub_id: str | None = HUB_ID,
 
     def to_prompts(row: dict) -> Iterable[RawPrompt | Rejected]:
         meta = {"id": row["id"]} if isinstance(row.get("id"), str | int) else {}
-        return chat_prompts(row.get("conversations", MISSING), field="conversations", role_key="from",
-                            text_key="value", turns=turns, meta=meta)
+        return chat_prompts(row.get("conversations", MISSING), field="conversations",
+                            role_key="from", text_key="value", turns=turns, meta=meta)
 
     return SourceStream(convert(records, to_prompts, strict), info)
