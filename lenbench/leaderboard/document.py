@@ -69,7 +69,8 @@ def _provenance_lines(ok: list[dict[str, Any]]) -> list[str]:
                    f"{gen.get('prompt_token_ids')}.")
     if source and source.get("source") == "gguf":
         packages = ", ".join(f"{k} {v}" for k, v in (source.get("packages") or {}).items())
-        out.append(f"Model: {source.get('gguf_file')} (sha256 `{str(source.get('gguf_sha256'))[:12]}`"
+        out.append(f"Model: {source.get('gguf_file')} "
+                   f"(sha256 `{str(source.get('gguf_sha256'))[:12]}`"
                    f"{', from ' + packages if packages else ''}), {source.get('architecture')}, "
                    f"{(source.get('n_parameters') or 0) / 1e6:.0f}M parameters, converted to "
                    f"{source.get('dtype')} transformers weights.")
@@ -147,7 +148,8 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
         n_test = (row.results[0].get("dataset") or {}).get("n_test")
         if is_number(bounds.get("n")) and bounds["n"] != n_test:
             notes.append(f"*{row.label}* is scored on {bounds['n']} of the {n_test} test rows "
-                         f"(the uncensored rows of {bounds['n_prompts']} prompts with at least two of them).")
+                         f"(the uncensored rows of {bounds['n_prompts']} prompts with at least "
+                         "two of them).")
     return [line for note in notes for line in (note, "")]
 
 

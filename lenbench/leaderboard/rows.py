@@ -29,7 +29,8 @@ LEGEND = (
     "median length, from an optimistic in-sample estimate (the median of all of the prompt's "
     "samples, the row's own included) to a pessimistic leave-one-out one (the median of the "
     "other samples); its interval joins the outer ends of their bootstrap intervals. It is "
-    "scored on the uncensored rows of prompts with at least two of them. A prompt-only predictor cannot beat the "
+    "scored on the uncensored rows of prompts with at least two of them. A prompt-only "
+    "predictor cannot beat the "
     "true floor in expectation; one that reads y_1 (after prefill) knows more than the prompt. "
     "† at step t this predictor reads token y_{t+1} (an EAGLE-3 draft's input), one token more "
     "than a probe on the target's state at n−1+t: its dynamic MAE uses more information."
@@ -196,7 +197,8 @@ def _row_cells(row: _Row) -> list[str]:
     cis = [c for c in cis if isinstance(c, list) and len(c) == 2]
     ci = DASH
     if cis:
-        ci = f"[{statistics.fmean(c[0] for c in cis):.1f}, {statistics.fmean(c[1] for c in cis):.1f}]"
+        lo, hi = statistics.fmean(c[0] for c in cis), statistics.fmean(c[1] for c in cis)
+        ci = f"[{lo:.1f}, {hi:.1f}]"
     within = _mean(row.values("static", "within_25"))
     name = _cell(row.label)
     mae = _mean_std(row.values("static", "mae"))
