@@ -34,6 +34,12 @@ INTEGERS: dict[str, tuple[int | None, bool]] = {
     "generation.max_length_exclusive": (2, True),
     "generation.workers": (1, False),
     "generation.seed": (None, False),
+    # server backends (openai, llamacpp)
+    "generation.slots": (1, True),
+    "generation.threads": (1, True),
+    "generation.ctx_size": (1, True),
+    "generation.concurrency": (1, True),
+    "generation.probe_max_tokens": (1, True),
     "features.step_stride": (1, False),
     "features.batch_tokens": (1, False),
     "eval.n_boot": (0, False),
@@ -188,6 +194,7 @@ def _model_problems(model: Mapping[str, Any]) -> list[str]:
 
 def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
     from lenbench.generation.backends import BACKENDS
+    from lenbench.generation.openai_backend import LENGTH_SOURCES
     from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS
 
     out = []
@@ -197,6 +204,9 @@ def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
     backend = _get(cfg, "generation.backend")
     if backend is not MISSING and backend not in BACKENDS:
         out.append(f"generation.backend={backend!r}: use one of {list(BACKENDS)}")
+    source = _get(cfg, "generation.length_source")
+    if source not in (MISSING, None) and source not in LENGTH_SOURCES:
+        out.append(f"generation.length_source={source!r}: use one of {list(LENGTH_SOURCES)}")
     for field, allowed in (("features.roles", ROLES), ("features.step_roles", ROLES),
                            ("features.poolings", POOLINGS),
                            ("features.step_poolings", STEP_POOLINGS)):

@@ -36,6 +36,7 @@ N_PROMPTS = 12
 SHARD = 3
 MAX_NEW = 24
 GREEDY = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=MAX_NEW)
+PROBE = "Say yes."
 
 
 def _free_port() -> int:
@@ -82,8 +83,9 @@ def _gen(toy, prompts, out_dir, generator=None, sampling=GREEDY):
 
 
 def _client(toy, url: str, **kw) -> OpenAIGenerator:
+    # one probe prompt: the EOS probe's requests reach the server before the shards' requests
     cfg = {"base_url": url, "model": None, "concurrency": 4, "max_retries": 2,
-           "timeout_s": 60, "backoff_s": 0.05, **kw}
+           "timeout_s": 60, "backoff_s": 0.05, "probe_prompts": [PROBE], **kw}
     return OpenAIGenerator.from_config(cfg, toy.tokenizer, eos_token_ids(toy.model, toy.tokenizer))
 
 
@@ -130,8 +132,9 @@ def test_toy_model_greedy_labels_equal_hf_and_restart_resumes(toy_tiny, toy_tiny
     want, _ = _gen(toy_tiny, prompt_table, tmp_path / "hf")
     port = _free_port()
     n_shards = -(-N_PROMPTS // SHARD)
-    # the server serves the first shard (SHARD requests) and one more, then dies mid-shard 2
-    server = ToyServer(toy_tiny_path, port, "--die-after", str(SHARD + 1))
+    # the server serves the probe, the first shard (SHARD requests) and one more, then dies
+    # mid-shard 2
+    server = ToyServer(toy_tiny_path, port, "--die-after", str(1 + SHARD + 1))
     out = tmp_path / "shards"
     try:
         with pytest.raises(ServerError, match=f"127.0.0.1:{port}/v1/completions"):

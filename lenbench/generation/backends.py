@@ -1,9 +1,9 @@
 """Backend dispatch: `generation.backend` -> a generator with HFGenerator's `generate` method.
 
 Every backend receives the prompt ids lenbench rendered and the same EOS ids, and reports L the
-same way (docs/protocol.md, Labels), so labels from `hf`, `vllm` and `openai` differ only by the backend's
-numerics and random streams. Backend modules are imported only when chosen: vLLM is an optional
-extra and the OpenAI client needs a server.
+same way (docs/protocol.md, Labels), so labels from `hf`, `vllm`, `openai` and `llamacpp` differ
+only by the backend's numerics and random streams. Backend modules are imported only when chosen:
+vLLM and llama.cpp's server are optional extras and the OpenAI client needs a server.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-BACKENDS = ("hf", "vllm", "openai")
+BACKENDS = ("hf", "vllm", "openai", "llamacpp")
 
 # Backend-specific `generation.*` keys that change which tokens are sampled, and so enter the
 # generate stage's cache key. Throughput settings (batch_size, concurrency, tensor_parallel_size,
@@ -21,6 +21,8 @@ LABEL_KEYS: dict[str, tuple[str, ...]] = {
     "hf": (),
     "vllm": ("dtype", "quantization", "sampling_extra"),
     "openai": ("model", "extra_body"),
+    # the GGUF file is the model's (its sha256 is in the model key) unless generation.gguf is set
+    "llamacpp": ("gguf", "extra_body"),
 }
 
 
@@ -39,7 +41,7 @@ def backend_name(gen_cfg: dict) -> str:
     name = gen_cfg.get("backend", "hf")
     if name not in BACKENDS:
         raise ValueError(f"generation.backend={name!r} is unknown; use one of {list(BACKENDS)} "
-                         "(generation=hf | generation=vllm | generation=openai)")
+                         "(generation=hf | vllm | openai | llamacpp)")
     return name
 
 
@@ -60,6 +62,10 @@ def make_generator(gen_cfg: dict, target: GenerationTarget, eos_ids: Sequence[in
         from lenbench.generation.vllm_backend import VLLMGenerator
 
         return VLLMGenerator.from_config(gen_cfg, target, eos_ids)
+    if name == "llamacpp":
+        from lenbench.generation.llamacpp_backend import LlamaCppGenerator
+
+        return LlamaCppGenerator.from_config(gen_cfg, target, eos_ids)
     from lenbench.generation.openai_backend import OpenAIGenerator
 
     return OpenAIGenerator.from_config(gen_cfg, target.tokenizer, eos_ids)

@@ -4,15 +4,19 @@ Works with vLLM, SGLang, TGI and lenbench's own `toy_server`. What it relies on:
 
 - Prompts are sent as token ids (`"prompt": [int, ...]`, accepted by vLLM, SGLang and the OpenAI
   API itself), so the server generates after exactly our rendered chat template and adds no BOS.
-- Output token ids come back per choice. In order of preference:
+- Lengths come from what the server gives, never from text. In order of preference:
   1. `choices[i].token_ids` (vLLM >= 0.10.2 with `"return_token_ids": true`; toy_server);
   2. `choices[i].logprobs.tokens` written as `"token_id:N"` (vLLM with `"logprobs": 0` and
-     `"return_tokens_as_token_ids": true`), enabled with `token_ids_via_logprobs: true`.
-  A server that returns only text is refused: re-tokenising text does not give the model's tokens.
-- Lengths are counted from those ids, never from `usage.completion_tokens` (a sum over all `n`
-  choices of a request). L counts the EOS token like the HF backend: we send our EOS ids as
-  `stop_token_ids`; if a server strips the EOS from the returned ids on a `stop` finish, it is put
-  back (`stop_reason` names it; null `stop_reason` means the tokenizer's EOS, as in vLLM).
+     `"return_tokens_as_token_ids": true`), enabled with `token_ids_via_logprobs: true`;
+  3. `usage.completion_tokens` with `finish_reason` (llama.cpp's llama-server, and any server that
+     returns no ids): exact per sample because every request asks for one sample. Those labels
+     carry no `output_token_ids`.
+  L counts the EOS token like the HF backend: we send our EOS ids as `stop_token_ids`; if a
+  server strips the EOS from the returned ids on a `stop` finish, it is put back (`stop_reason`
+  names it; null `stop_reason` means the tokenizer's EOS, as in vLLM). Whether a server's own
+  count includes the EOS is probed once at start (lenbench/generation/length_counts.py) and
+  recorded in the generation card; a server whose counts fit no convention, or that returns
+  neither ids nor a count, is refused.
 - One sample per request (`n = 1`): each sample has its own seed derived from its GenRequest
   seed, so a row's tokens do not depend on which other samples were asked for together.
   Only greedy decoding (temperature 0) reproduces the HF backend token for token; sampled outputs
@@ -26,23 +30,26 @@ restarted server regenerates only the unfinished shards.
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import random
+import logging
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from lenbench.generation.eos_probe import EOSProbe
 from lenbench.generation.hf import GenRequest, GenResult, GenStats, SamplingConfig
+from lenbench.generation.http_client import JSONClient, ServerError, client_kwargs, run_pool
+from lenbench.generation.length_counts import (
+    DEFAULT_PROBE_MAX_TOKENS,
+    DEFAULT_PROBE_PROMPTS,
+    Convention,
+    CountError,
+    usage_result,
+)
 
-RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+log = logging.getLogger(__name__)
 
 # Sampling extensions that keep a vLLM/SGLang server from applying defaults of its own (vLLM reads
 # generation_config.json, which may set top_k, min_p or a repetition penalty): plain softmax with
@@ -50,8 +57,18 @@ RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 DEFAULT_EXTRA_BODY = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
 
 
-class ServerError(RuntimeError):
-    """A request failed for good (retries exhausted, or an error that retrying cannot fix)."""
+LENGTH_SOURCES = ("auto", "token_ids", "usage")
+
+
+@dataclass
+class Reply:
+    """One completion, whatever the endpoint: what lengths can be read from."""
+
+    finish_reason: str | None
+    count: int | None          # the server's own token count for this one sample
+    text: str
+    ids: list[int] | None      # the generated ids as returned (None: the server gave none)
+    stop_reason: object = None
 
 
 def request_seed(seed: Sequence[int]) -> int:
@@ -73,7 +90,7 @@ def choice_result(choice: dict, eos_ids: Sequence[int], primary_eos: int | None 
                   ) -> GenResult:
     """One response choice -> GenResult, with L counted from its token ids (EOS included).
 
-    `usage.completion_tokens` is deliberately not read: it sums over every choice of a request.
+    With ids, `usage.completion_tokens` is not read (it sums over every choice of a request).
     If a server left the EOS out of the ids of a `stop` finish, it is appended: the token named
     by `stop_reason` (vLLM: a stop_token_ids match), else, for `stop_reason` null (vLLM: the
     tokenizer's own EOS), `primary_eos` or the only EOS id.
@@ -106,87 +123,52 @@ def choice_result(choice: dict, eos_ids: Sequence[int], primary_eos: int | None 
     raise ServerError(f"unexpected finish_reason {reason!r}")
 
 
-class OpenAIGenerator:
-    """Generates GenRequests on an OpenAI-compatible server (same interface as HFGenerator)."""
+class OpenAIGenerator(EOSProbe, JSONClient):
+    """Generates GenRequests on an OpenAI-compatible server (same interface as HFGenerator).
+
+    Subclasses for other endpoints (llama.cpp's native one) override `completion_path`,
+    `request_body`, `read_reply` and `ids_result`; probing, retries, the request pool and the
+    usage fallback are shared.
+    """
+
+    backend = "openai"
+    completion_path = "/completions"
 
     def __init__(self, base_url: str, eos_ids: Sequence[int], model: str | None = None,
                  api_key: str | None = None, concurrency: int = 8, max_retries: int = 5,
                  timeout_s: float = 600.0, backoff_s: float = 1.0, max_backoff_s: float = 30.0,
                  extra_body: dict | None = None, token_ids_via_logprobs: bool = False,
-                 tokenizer=None):
-        self.base_url = base_url.rstrip("/")
-        if not self.base_url.endswith("/v1"):
-            self.base_url += "/v1"
+                 tokenizer=None, length_source: str = "auto",
+                 usage_counts_eos: bool | None = None,
+                 probe_prompts: Sequence[str] = DEFAULT_PROBE_PROMPTS,
+                 probe_max_tokens: int = DEFAULT_PROBE_MAX_TOKENS, api_suffix: str = "/v1"):
+        if length_source not in LENGTH_SOURCES:
+            raise ValueError(f"generation.length_source={length_source!r}: use one of "
+                             f"{list(LENGTH_SOURCES)}")
+        super().__init__(base_url, api_key=api_key, max_retries=max_retries, timeout_s=timeout_s,
+                         backoff_s=backoff_s, max_backoff_s=max_backoff_s, api_suffix=api_suffix)
         self.eos_ids = sorted({int(e) for e in eos_ids})
-        self.api_key = api_key
         self.concurrency = max(1, int(concurrency))
-        self.max_retries = int(max_retries)
-        self.timeout_s = float(timeout_s)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
         self.extra_body = dict(DEFAULT_EXTRA_BODY if extra_body is None else extra_body)
         self.token_ids_via_logprobs = token_ids_via_logprobs
-        # the tokenizer only names the primary EOS (see choice_result); ids never come from text
+        # the tokenizer names the primary EOS (see choice_result) and renders and counts the
+        # probe; lengths never come from text
         self.tokenizer = tokenizer
         self.primary_eos = getattr(tokenizer, "eos_token_id", None)
+        self.length_source = length_source
+        self.usage_counts_eos = usage_counts_eos
+        self.probe_prompts = list(probe_prompts)
+        self.probe_max_tokens = int(probe_max_tokens)
+        self.convention: Convention | None = None
         self._model = model
         self._model_lock = threading.Lock()
+        self._probe_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, gen_cfg: dict, tokenizer, eos_ids: Sequence[int]) -> OpenAIGenerator:
         """Build from the `generation` config group (conf/generation/openai.yaml)."""
-        key_env = gen_cfg.get("api_key_env")
-        if key_env and not os.environ.get(key_env):
-            raise ValueError(f"generation.api_key_env={key_env!r}: that environment variable "
-                             "is not set")
-        extra = gen_cfg.get("extra_body")
-        return cls(
-            base_url=gen_cfg["base_url"], eos_ids=eos_ids, model=gen_cfg.get("model"),
-            api_key=os.environ.get(key_env) if key_env else None,
-            concurrency=gen_cfg.get("concurrency", 8), max_retries=gen_cfg.get("max_retries", 5),
-            timeout_s=gen_cfg.get("timeout_s", 600.0), backoff_s=gen_cfg.get("backoff_s", 1.0),
-            max_backoff_s=gen_cfg.get("max_backoff_s", 30.0),
-            extra_body=dict(extra) if extra is not None else None,
-            token_ids_via_logprobs=bool(gen_cfg.get("token_ids_via_logprobs", False)),
-            tokenizer=tokenizer)
-
-    # -- HTTP -------------------------------------------------------------------------------
-
-    def _http(self, method: str, path: str, body: dict | None = None) -> dict:
-        """One call with retries; returns the decoded JSON body."""
-        url = f"{self.base_url}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
-            try:
-                req = urllib.request.Request(url, data=data, headers=headers, method=method)
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read())
-            except urllib.error.HTTPError as e:
-                detail = e.read()[:500].decode(errors="replace")
-                last = f"HTTP {e.code}: {detail}"
-                if e.code not in RETRY_STATUS:
-                    raise ServerError(f"{method} {url} failed: {last}") from e
-                retry_after = e.headers.get("Retry-After") if e.headers else None
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
-                    TimeoutError, json.JSONDecodeError) as e:
-                last = f"{type(e).__name__}: {getattr(e, 'reason', None) or e}"
-            if attempt == self.max_retries:
-                break
-            delay = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
-            delay *= 0.5 + random.random()  # jitter: concurrent clients do not retry in step
-            if retry_after is not None:
-                try:
-                    delay = min(self.max_backoff_s, max(delay, float(retry_after)))
-                except ValueError:
-                    pass
-            time.sleep(delay)
-        raise ServerError(f"{method} {url} failed after {self.max_retries + 1} attempts "
-                          f"(max_retries={self.max_retries}); last error: {last}")
+        return cls(base_url=gen_cfg["base_url"], eos_ids=eos_ids, model=gen_cfg.get("model"),
+                   tokenizer=tokenizer, **client_kwargs(gen_cfg))
 
     @property
     def model(self) -> str:
@@ -202,12 +184,21 @@ class OpenAIGenerator:
 
     def describe(self) -> dict:
         """Provenance recorded in the generation card (never the API key)."""
-        return {"backend": "openai", "base_url": self.base_url, "model": self._model,
+        return {"backend": self.backend, "base_url": self.base_url, "model": self._model,
                 "extra_body": self.extra_body,
                 "token_ids_via_logprobs": self.token_ids_via_logprobs,
-                "concurrency": self.concurrency}
+                "concurrency": self.concurrency, **self.length_provenance()}
 
-    # -- generation -------------------------------------------------------------------------
+    def length_provenance(self) -> dict:
+        """Where L came from and the probe that settled the server's EOS-counting convention."""
+        source = self.length_source
+        return {"length_source": source,
+                "output_token_ids": "as returned by the server" if source == "token_ids" else
+                "empty: the server returned no token ids; L is its own count" if source == "usage"
+                else None,
+                "eos_probe": self.convention.as_dict() if self.convention else None}
+
+    # -- one completion ---------------------------------------------------------------------
 
     def request_body(self, request: GenRequest, cfg: SamplingConfig) -> dict:
         body = {
@@ -228,22 +219,59 @@ class OpenAIGenerator:
             body["return_token_ids"] = True
         return body
 
-    def complete(self, request: GenRequest, cfg: SamplingConfig) -> GenResult:
-        response = self._http("POST", "/completions", self.request_body(request, cfg))
+    def read_reply(self, response: dict, request: GenRequest) -> Reply:
+        """The one choice of an n=1 response (the prompt ids checked where they are echoed)."""
         choices = response.get("choices") or []
         if len(choices) != 1:
-            raise ServerError(f"{self.base_url}/completions returned {len(choices)} choices "
-                              "for n=1")
+            raise ServerError(f"{self.base_url}{self.completion_path} returned {len(choices)} "
+                              "choices for n=1")
         choice = choices[0]
         sent = choice.get("prompt_token_ids", response.get("prompt_token_ids"))
         if sent is not None and list(sent) != list(request.prompt_ids):
             raise ServerError("the server changed the prompt token ids (added a BOS?): got "
                               f"{list(sent)[:8]}..., sent {list(request.prompt_ids)[:8]}...")
-        result = choice_result(choice, self.eos_ids, self.primary_eos)
+        ids = None
+        if choice.get("token_ids") is not None:
+            ids = [int(t) for t in choice["token_ids"]]
+        elif (choice.get("logprobs") or {}).get("tokens") is not None:
+            ids = [_parse_token_id(t) for t in choice["logprobs"]["tokens"]]
+        count = (response.get("usage") or {}).get("completion_tokens")
+        return Reply(choice.get("finish_reason"), count, choice.get("text") or "", ids,
+                     choice.get("stop_reason"))
+
+    def ids_result(self, reply: Reply) -> GenResult:
+        """L from the returned ids (EOS put back where the server stripped it)."""
+        return choice_result({"token_ids": reply.ids, "finish_reason": reply.finish_reason,
+                              "stop_reason": reply.stop_reason}, self.eos_ids, self.primary_eos)
+
+    def probe_ids_count(self, reply: Reply) -> int:
+        """What the server's own count is compared with: the ids with the EOS put back."""
+        return len(self.ids_result(reply).output_ids)
+
+    def call(self, request: GenRequest, cfg: SamplingConfig) -> Reply:
+        response = self._http("POST", self.completion_path, self.request_body(request, cfg))
+        return self.read_reply(response, request)
+
+    def complete(self, request: GenRequest, cfg: SamplingConfig) -> GenResult:
+        self.probe()
+        reply = self.call(request, cfg)
+        try:
+            if self.length_source == "token_ids":
+                if reply.ids is None:
+                    raise ServerError("the server returned no token ids for this request although "
+                                      "the probe's responses had them")
+                result = self.ids_result(reply)
+            else:
+                result = usage_result(reply.finish_reason, reply.count,
+                                      bool(self.convention.counts_eos), cfg.max_new_tokens)
+        except CountError as e:
+            raise ServerError(str(e)) from e
         if len(result.output_ids) > cfg.max_new_tokens:
             raise ServerError(f"the server returned {len(result.output_ids)} tokens for "
                               f"max_tokens={cfg.max_new_tokens}")
         return result
+
+    # -- generation -------------------------------------------------------------------------
 
     def generate(
         self,
@@ -259,29 +287,9 @@ class OpenAIGenerator:
         if not requests:
             return [], GenStats()
         _ = self.model  # resolve the served name once, before the pool starts
+        self.probe()
 
-        failed = threading.Event()  # after one failure, queued requests are not sent
-
-        def one(i: int) -> None:
-            if failed.is_set():
-                return
-            try:
-                results[i] = self.complete(requests[i], cfg)
-            except BaseException:
-                failed.set()
-                raise
-            if on_done is not None:
-                on_done(i)
-
-        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)),
-                                  thread_name_prefix="openai-gen")
-        try:
-            futures = [pool.submit(one, i) for i in range(len(requests))]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            for f in futures:
-                if f.done() and f.exception() is not None:
-                    raise f.exception()  # type: ignore[misc]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        run_pool(len(requests), self.concurrency, f"{self.backend}-gen",
+                 lambda i: results.__setitem__(i, self.complete(requests[i], cfg)), on_done)
         assert all(r is not None for r in results)
         return results, GenStats()  # type: ignore[return-value]

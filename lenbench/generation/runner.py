@@ -24,6 +24,7 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
+from lenbench.generation.length_counts import result_length
 from lenbench.progress import ProgressLog
 from lenbench.stages import atomic_write_bytes
 
@@ -162,47 +163,54 @@ def generate_labels(
     if resumed:
         log.info("%s: %d of %d samples already on disk (resumed)", name, resumed, total)
 
-    with _progress(progress) as bar:
-        task = bar.add_task(name, total=total)
-        for shard_no in mine:
-            shard = shards[shard_no]
-            path = out_dir / f"shard-{shard_no:05d}.parquet"
-            if path.exists():  # finished by an earlier (possibly killed) run
-                bar.advance(task, len(shard) * n_samples)
-                done_before += len(shard) * n_samples
-                continue
-            if generator is None:
-                generator = generator_factory()
-            requests, keys = [], []
-            for i in shard:
-                pid = prompts.at[i, "prompt_id"]
-                for s in range(n_samples):
-                    requests.append(GenRequest(tuple(rendered[i]),
-                                               (seed, int(pid, 16) % 2**63, s)))
-                    keys.append((i, s))
-            shard_started = time.perf_counter()
-            results, shard_stats = generator.generate(
-                requests, sampling, on_done=lambda _: (bar.advance(task), plain.advance(1)))
-            seconds = time.perf_counter() - shard_started
-            n_tokens = sum(len(r.output_ids) for r in results)
-            log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d censored",
-                     name, shard_no + 1, len(shards), n_tokens, seconds,
-                     n_tokens / max(seconds, 1e-9),
-                     sum(r.finish_reason == "length" for r in results), len(results))
-            rows = []
-            for (i, s), res in zip(keys, results):
-                row = prompts.loc[i]
-                rows.append({"prompt_id": row["prompt_id"], "sample_idx": s, "split": row["split"],
-                             "family": row.get("family", ""), "text": row["text"],
-                             "prompt_token_ids": rendered[i], "output_token_ids": res.output_ids,
-                             "L": len(res.output_ids), "finish_reason": res.finish_reason,
-                             "censored": res.finish_reason == "length"})
-            shard_df = pd.DataFrame(rows, columns=LABEL_COLUMNS)
-            # stats first, table last: the table's presence is what marks the shard finished
-            atomic_write_bytes(path.with_suffix(".json"), json.dumps(asdict(shard_stats)).encode())
-            tmp = path.with_name(path.name + ".tmp")
-            shard_df.to_parquet(tmp, index=False)
-            tmp.replace(path)
+    made = None  # a generator built here is closed here (a server it started is stopped)
+    try:
+        with _progress(progress) as bar:
+            task = bar.add_task(name, total=total)
+            for shard_no in mine:
+                shard = shards[shard_no]
+                path = out_dir / f"shard-{shard_no:05d}.parquet"
+                if path.exists():  # finished by an earlier (possibly killed) run
+                    bar.advance(task, len(shard) * n_samples)
+                    done_before += len(shard) * n_samples
+                    continue
+                if generator is None:
+                    generator = made = generator_factory()
+                requests, keys = [], []
+                for i in shard:
+                    pid = prompts.at[i, "prompt_id"]
+                    for s in range(n_samples):
+                        requests.append(GenRequest(tuple(rendered[i]),
+                                                   (seed, int(pid, 16) % 2**63, s)))
+                        keys.append((i, s))
+                shard_started = time.perf_counter()
+                results, shard_stats = generator.generate(
+                    requests, sampling, on_done=lambda _: (bar.advance(task), plain.advance(1)))
+                seconds = time.perf_counter() - shard_started
+                n_tokens = sum(result_length(r) for r in results)
+                log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d censored",
+                         name, shard_no + 1, len(shards), n_tokens, seconds,
+                         n_tokens / max(seconds, 1e-9),
+                         sum(r.finish_reason == "length" for r in results), len(results))
+                rows = []
+                for (i, s), res in zip(keys, results):
+                    row = prompts.loc[i]
+                    rows.append({"prompt_id": row["prompt_id"], "sample_idx": s,
+                                 "split": row["split"], "family": row.get("family", ""),
+                                 "text": row["text"], "prompt_token_ids": rendered[i],
+                                 "output_token_ids": res.output_ids, "L": result_length(res),
+                                 "finish_reason": res.finish_reason,
+                                 "censored": res.finish_reason == "length"})
+                shard_df = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+                # stats first, table last: the table's presence is what marks the shard finished
+                atomic_write_bytes(path.with_suffix(".json"),
+                                   json.dumps(asdict(shard_stats)).encode())
+                tmp = path.with_name(path.name + ".tmp")
+                shard_df.to_parquet(tmp, index=False)
+                tmp.replace(path)
+    finally:
+        if made is not None and hasattr(made, "close"):
+            made.close()
     paths = [out_dir / f"shard-{k:05d}.parquet" for k in range(len(shards))]
     missing = [k for k, p in enumerate(paths) if not p.exists()]
     if missing:

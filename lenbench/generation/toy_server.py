@@ -12,7 +12,11 @@ batching): this is a protocol fixture, not a fast server.
 
 Test switches: `--die-after N` exits abruptly (no reply) on the (N+1)-th completion request, to
 test resuming after a server restart; `--strip-eos` drops the EOS token from the returned ids on a
-stop, as some servers do.
+stop, as some servers do. `--shape` picks what a response reveals, so the length fallbacks are
+tested without other servers: `ids` (the default, vLLM-like), `usage-with-eos` and
+`usage-without-eos` (no ids: only text, `finish_reason` and `usage.completion_tokens`, which
+counts the EOS or leaves it out, as llama.cpp's and other servers' do) and `text-only` (no ids,
+no usage). `--usage-bias N` adds N to every usage count (a server whose counts are wrong).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+SHAPES = ("ids", "usage-with-eos", "usage-without-eos", "text-only")
 SUPPORTED_DEFAULTS = {"top_k": (-1, 0, None), "min_p": (0, 0.0, None),
                       "repetition_penalty": (1, 1.0, None)}
 
@@ -39,7 +44,9 @@ class ToyBackend:
     """The model, its tokenizer and a lock: one generation at a time."""
 
     def __init__(self, model_path: str, served_name: str | None = None, die_after: int = -1,
-                 strip_eos: bool = False):
+                 strip_eos: bool = False, shape: str = "ids", usage_bias: int = 0):
+        if shape not in SHAPES:
+            raise ValueError(f"shape={shape!r}: use one of {list(SHAPES)}")
         from lenbench.generation.hf import HFGenerator
         from lenbench.generation.runner import eos_token_ids
         from lenbench.models.loading import load_target
@@ -51,6 +58,8 @@ class ToyBackend:
         self._hf_generator = HFGenerator
         self.die_after = die_after
         self.strip_eos = strip_eos
+        self.shape = shape
+        self.usage_bias = int(usage_bias)
         self.lock = threading.Lock()
         self.n_requests = 0
 
@@ -92,6 +101,7 @@ class ToyBackend:
         requests = [GenRequest(tuple(prompt_ids), (seed, i)) for i in range(n)]
         with self.lock:
             results, _ = self._hf_generator(self.model, eos, batch_size=1).generate(requests, cfg)
+        shape = self.shape
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         want_logprobs = body.get("logprobs") is not None
         choices = []
@@ -107,6 +117,13 @@ class ToyBackend:
             choice = {"index": i, "text": self.tokenizer.decode(ids, skip_special_tokens=True),
                       "finish_reason": res.finish_reason, "stop_reason": stop_reason,
                       "logprobs": None}
+            if shape != "ids":  # text, finish_reason and (maybe) a count: nothing else
+                del choice["stop_reason"]
+                # the text of every generated token but the final EOS, special tokens written
+                # out (as servers render them), so it re-tokenises to as many tokens
+                body = res.output_ids[:-1] if res.finish_reason == "stop" else res.output_ids
+                choices.append({**choice, "text": self.tokenizer.decode(body)})
+                continue
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids
                 choice["prompt_token_ids"] = prompt_ids
@@ -116,11 +133,17 @@ class ToyBackend:
                 choice["logprobs"] = {"tokens": tokens, "token_logprobs": [None] * len(ids),
                                       "top_logprobs": None, "text_offset": None}
             choices.append(choice)
-        completion_tokens = sum(len(r.output_ids) for r in results)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": self.name, "choices": choices,
-                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
-                          "total_tokens": len(prompt_ids) + completion_tokens}}
+        # like OpenAI's, the count sums over every choice of the request
+        completion_tokens = self.usage_bias + sum(
+            len(r.output_ids) - (shape == "usage-without-eos" and r.finish_reason == "stop")
+            for r in results)
+        response = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                    "created": int(time.time()), "model": self.name, "choices": choices}
+        if shape != "text-only":
+            response["usage"] = {"prompt_tokens": len(prompt_ids),
+                                 "completion_tokens": completion_tokens,
+                                 "total_tokens": len(prompt_ids) + completion_tokens}
+        return response
 
 
 def make_handler(backend: ToyBackend):
@@ -187,12 +210,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="exit without replying on completion request N+1 (tests)")
     parser.add_argument("--strip-eos", action="store_true",
                         help="drop the EOS token from returned ids on a stop (tests)")
+    parser.add_argument("--shape", choices=SHAPES, default="ids",
+                        help="what a response reveals: ids, a usage count, or text only (tests)")
+    parser.add_argument("--usage-bias", type=int, default=0,
+                        help="add this to every usage count: a miscounting server (tests)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
     torch.set_num_threads(args.threads)
-    backend = ToyBackend(args.model, args.served_name, args.die_after, args.strip_eos)
+    backend = ToyBackend(args.model, args.served_name, args.die_after, args.strip_eos,
+                         args.shape, args.usage_bias)
     server = serve(backend, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"toy_server: serving {backend.name!r} on http://{host}:{port}/v1", flush=True)
