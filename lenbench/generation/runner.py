@@ -149,7 +149,8 @@ def generate_labels(
         if model is None:
             raise ValueError("generate_labels: give `model`, a `generator` or a "
                              "`generator_factory`")
-        generator_factory = lambda: HFGenerator(model, eos, batch_size=batch_size)
+        def generator_factory():
+            return HFGenerator(model, eos, batch_size=batch_size)
     shards = [keep_idx[i:i + shard_prompts] for i in range(0, len(keep_idx), shard_prompts)]
     mine = [k for k in range(len(shards)) if k % num_workers == worker]
     total = sum(len(shards[k]) for k in mine) * n_samples

@@ -8,7 +8,8 @@
   (floating point), so reruns are close, not bit-identical, except at temperature 0 in most cases.
 - Our EOS ids are passed as `stop_token_ids`, so vLLM stops on exactly the ids the HF backend
   stops on. vLLM keeps a stop token in `CompletionOutput.token_ids`; `request_output_results`
-  puts it back if a version ever strips it, so L counts the EOS as the protocol requires (docs/protocol.md).
+  puts it back if a version ever strips it, so L counts the EOS as the protocol requires
+  (docs/protocol.md).
 - Tensor parallelism is vLLM's (`tensor_parallel_size`); data parallelism is lenbench's shard
   workers (`generation.workers` / `generation.worker`, one process per GPU group).
 
