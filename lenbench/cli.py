@@ -98,7 +98,8 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
-    from lenbench.pipeline import configure_threads, label_import_cap, prepare_world
+    from lenbench.pipeline import label_import_cap, prepare_world
+    from lenbench.runtime import configure_threads
 
     container = resolved_config(cfg)
     check_config(container)

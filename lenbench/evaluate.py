@@ -27,12 +27,11 @@ from lenbench.hygiene import clean_predictions
 from lenbench.inputs import SplitView
 from lenbench.metrics import (
     dynamic_metrics,
-    noise_floor_bounds,
-    noise_floor_predictions,
     request_errors,
     static_metrics,
 )
-from lenbench.pipeline import World, seed_everything
+from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
+from lenbench.pipeline import World
 from lenbench.predictor import Predictor
 from lenbench.results import (
     SCHEMA_VERSION,
@@ -44,6 +43,7 @@ from lenbench.results import (
     utc_now,
     write_result,
 )
+from lenbench.runtime import seed_everything
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -284,7 +284,7 @@ def noise_floor_result(world: World, cfg: dict,
     """The irreducible-error reference: bounds on the error of knowing each prompt's median.
 
     `static` scores the pessimistic leave-one-out rule (each sample predicted by the median of its
-    prompt's other samples); `noise_floor` holds both bounds (`metrics.noise_floor_bounds`);
+    prompt's other samples); `noise_floor` holds both bounds (`noise_floor.noise_floor_bounds`);
     `distribution` scores its distributional twin, the empirical distribution of the prompt's
     other samples (`distribution_metrics.sibling_distributions`). It is
     scored on the uncensored rows of prompts with at least two of them, which `static.n` records.

@@ -1,4 +1,4 @@
-"""Static and dynamic metrics for length predictors, bootstrap intervals and the noise floor.
+"""Static and dynamic metrics for length predictors, bootstrap intervals and paired differences.
 
 Every interval is a bootstrap over *prompts*, not rows: samples of one prompt share the prompt and
 are correlated, so resampling rows would make the intervals too narrow when there are several
@@ -35,8 +35,6 @@ __all__ = [
     "bootstrap_ratio_ci",
     "censored_error",
     "dynamic_metrics",
-    "noise_floor_bounds",
-    "noise_floor_predictions",
     "observed_step_grid",
     "paired_difference",
     "request_errors",
@@ -312,68 +310,6 @@ def _rows_by_group(gid: np.ndarray) -> list[np.ndarray]:
     """The row indices of each group (0..G-1 ids), one array per group."""
     order = np.argsort(gid, kind="stable")
     return np.split(order, np.flatnonzero(np.diff(gid[order])) + 1)
-
-
-def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Predict each sample by the median length of the *other* samples of its prompt.
-
-    Another draw from the same prompt is the best any prompt-only predictor can hope to know, so its
-    error estimates the irreducible (sampling) error. Leaving the sample itself out keeps the
-    estimate honest. NaN where a prompt has a single sample: there is nothing to predict from.
-    """
-    lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
-    gid = _group_ids(groups, lengths.size, "noise_floor_predictions")
-    out = np.full(lengths.size, np.nan)
-    for rows in _rows_by_group(gid):
-        k = rows.size
-        if k < 2:
-            continue
-        vals = lengths[rows]
-        # Leave-one-out median for every member: mask the diagonal, median of each row's others.
-        others = np.broadcast_to(vals, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
-        out[rows] = np.median(others, axis=1)
-    return out
-
-
-def _per_prompt_median(lengths: np.ndarray, gid: np.ndarray) -> np.ndarray:
-    """Each row's prompt median, the row itself included."""
-    out = np.empty(lengths.size)
-    for rows in _rows_by_group(gid):
-        out[rows] = np.median(lengths[rows])
-    return out
-
-
-def noise_floor_bounds(lengths: np.ndarray, groups: np.ndarray, n_boot: int = 1000,
-                       seed: int = 0, ci: float = 0.95) -> dict[str, Any] | None:
-    """Bounds on the irreducible MAE: the error of knowing each prompt's true median length.
-
-    With k samples per prompt the true median is unknown. The sample median *including* the row
-    minimises the in-sample absolute error, so it scores at most what the true median would
-    (optimistic: a lower bound); the median of the *other* samples is independent of the row, and
-    the true median minimises the expected error against it, so it scores at least as much
-    (pessimistic: an upper bound; exactly twice the in-sample error at k = 2). The floor lies
-    between them; ``interval`` joins the lower end of the in-sample bootstrap interval to the
-    upper end of the leave-one-out one (prompts resampled). Prompts with one sample are left out
-    (``n`` counts the rows used). None when no prompt has two samples.
-    """
-    lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
-    gid = _group_ids(groups, lengths.size, "noise_floor_bounds")
-    sizes = np.bincount(gid)
-    keep = sizes[gid] >= 2
-    if not keep.any():
-        return None
-    lengths, gid = lengths[keep], np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
-    counts = np.bincount(gid).astype(np.float64)
-    in_err = np.abs(lengths - _per_prompt_median(lengths, gid))
-    loo_err = np.abs(lengths - noise_floor_predictions(lengths, gid))
-    in_ci = bootstrap_ratio_ci(np.bincount(gid, weights=in_err), counts, n_boot, seed, ci)
-    loo_ci = bootstrap_ratio_ci(np.bincount(gid, weights=loo_err), counts, n_boot, seed, ci)
-    return {
-        "n": int(lengths.size), "n_prompts": int(counts.size),
-        "in_sample": float(in_err.mean()), "in_sample_ci": in_ci,
-        "leave_one_out": float(loo_err.mean()), "leave_one_out_ci": loo_ci,
-        "interval": None if in_ci is None or loo_ci is None else [in_ci[0], loo_ci[1]],
-    }
 
 
 def paired_difference(err_a: np.ndarray, err_b: np.ndarray, groups: np.ndarray,

@@ -10,15 +10,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from lenbench.data.labels_import import import_labels, known_lengths
 from lenbench.data.promptset import (
@@ -30,7 +27,12 @@ from lenbench.data.promptset import (
     source_from_config,
 )
 from lenbench.data.sources.reading import SourceError
-from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
+from lenbench.features.extract import (
+    FeatureConfig,
+    FeatureStore,
+    extract_features,
+    features_config,
+)
 from lenbench.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
@@ -40,6 +42,12 @@ from lenbench.models.loading import load_target, resolve_device, resolve_dtype, 
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
+from lenbench.world_checks import (
+    check_import_needs,
+    check_response_tokens,
+    warn_censoring,
+    warn_duplicate_lengths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +55,6 @@ GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_sampl
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
 OPTIONAL_GENERATION_KEYS = ("max_length_exclusive",)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -75,24 +77,6 @@ class World:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)
 
 
-def features_config(fc: dict, needs: list) -> dict:
-    """The configured features plus whatever the predictors declare (a superset, so the usual
-    suite keeps one cached features stage and an unusual need adds its own)."""
-    out = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in fc.items()}
-    out.setdefault("step_poolings", ["last"])
-
-    def add(key: str, values) -> None:
-        out[key] = out[key] + [v for v in values if v not in out[key]]
-
-    for need in needs:
-        add("roles", need.hidden)
-        add("poolings", need.pooling)
-        if need.steps:
-            add("step_roles", need.hidden)
-            add("step_poolings", need.step_pooling)
-    return out
-
-
 def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
                   needs: list | None = None, generate_only: bool = False) -> World | None:
     """Build (or reuse) model, PromptSet, labels and, if asked, features.
@@ -112,7 +96,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
     known = known_lengths(prompts)
     if known is not None:  # label import: no target model is loaded, trained or converted
-        _check_import_needs(ds, need_features, needs or [])
+        check_import_needs(ds, need_features, needs or [])
         gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, cfg, progress,
                                              ds_card)
         target, target_path = None, None
@@ -138,6 +122,8 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     if len(labels) == 0:
         raise RuntimeError(f"generation produced no usable rows (see {gen_stage.path}/card.json)")
     warn_censoring(gen_card)
+    if need_features:
+        check_response_tokens(gen_card)
 
     # features
     features = None
@@ -179,9 +165,6 @@ def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
             "features": None if feat_stage is None else stage_fingerprint(feat_stage.path)}
 
 
-CENSORED_WARN_SHARE = 0.2
-
-
 # dataset keys read by label import, not by the source; with the name, they do not change which
 # prompts are read, so they are left out of the PromptSet's key
 LABEL_IMPORT_KEYS = ("model_name", "tokenizer", "max_length")
@@ -214,30 +197,6 @@ def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
     return ds_stage, prompts, card
 
 
-def warn_censoring(card: dict) -> None:
-    """Say loudly when the cap shaped the data: dropped censored samples are the long ones, so a
-    large share biases every length statistic downwards, and prompts whose samples were all
-    censored vanish from the test split without a trace."""
-    if card.get("label_source") == "imported":
-        log.info("imported %d rows of %d prompts; %d flagged censored (scored as lower bounds); "
-                 "length cap %s (%s)", card.get("n_rows", 0), card.get("n_prompts", 0),
-                 card.get("n_censored", 0), card.get("length_cap"), card.get("length_cap_from"))
-        return
-    n_generated = int(card.get("n_prompts", 0) - card.get("n_prompts_too_long", 0)) * \
-        int(card.get("n_samples") or 1)
-    n_censored = int(card.get("n_censored") or 0)
-    if n_generated and n_censored / n_generated > CENSORED_WARN_SHARE:
-        cap = (card.get("sampling") or {}).get("max_new_tokens")
-        log.warning("%d of %d samples (%.0f%%) hit max_new_tokens=%s and were %s; lengths are "
-                    "biased towards short answers: raise generation.max_new_tokens, or check "
-                    "the sampling settings (a model that loops never emits EOS)", n_censored,
-                    n_generated, 100 * n_censored / n_generated, cap,
-                    card.get("censored_rows", "dropped"))
-    if card.get("n_prompts_too_long"):
-        log.warning("%d of %d prompts were longer than generation.max_prompt_tokens and were "
-                    "skipped (card.json: n_prompts_too_long)", card["n_prompts_too_long"],
-                    card.get("n_prompts", 0))
-
 
 def model_source_summary(target_path: str) -> dict | None:
     """Where a converted model's weights came from (GGUF file, sha256, package versions)."""
@@ -261,13 +220,6 @@ def world_name(ds: dict, imported: bool) -> str:
         return name or str(ds["name"])
     return str(ds["name"])
 
-
-def _check_import_needs(ds: dict, need_features: bool, needs: list) -> None:
-    """Imported lengths come without responses or a model: refuse what needs either, at once."""
-    if need_features or any(getattr(n, "target_model", False) for n in needs):
-        raise ConfigError([(f"dataset={ds['name']}: the file gives lengths, not responses or a "
-                           "model, so only text-only predictors (Needs(text=True)) can run on "
-                           "it, e.g. predictor.suite=[constant,prompt_length,tfidf_ridge]")])
 
 
 def label_import_cap(cfg: dict) -> int | None:
@@ -301,15 +253,6 @@ def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool
     return str(name), {"tokenizer": str(name)}
 
 
-def _warn_duplicate_lengths(ds_card: dict, path: object) -> None:
-    """A trace written one line per sample repeats its prompts; the PromptSet keeps the first
-    line of each and drops the rest, lengths included: say so, with the way out."""
-    n = int((ds_card.get("dropped") or {}).get("duplicate") or 0)
-    if n:
-        log.warning("%d rows of %s repeat an earlier prompt and were dropped with their "
-                    "lengths; give several samples of one prompt as a list (\"length\": [a, b])",
-                    n, path)
-
 
 def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: dict,
                   progress: bool, ds_card: dict) -> tuple[Stage, str]:
@@ -326,7 +269,7 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tok_key})
     key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tok_key,
            "max_length": ds.get("max_length"), "chat_template_kwargs": template_kwargs}
-    _warn_duplicate_lengths(ds_card, ds.get("path"))
+    warn_duplicate_lengths(ds_card, ds.get("path"))
     if known.unlabelled:
         log.warning("%d of %d prompts in %s have no length and were dropped (the import card "
                     "lists them)", len(known.unlabelled), len(prompts), ds.get("path"))
@@ -441,10 +384,3 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
                 write(tmp, labels, card)
     log.info("generate stage complete: %s", stage.path)
     return stage
-
-
-def configure_threads(n: int | None) -> None:
-    """torch fixes its thread pool at import; set it per job so jobs don't oversubscribe."""
-    if n:
-        torch.set_num_threads(int(n))
-        os.environ.setdefault("OMP_NUM_THREADS", str(n))

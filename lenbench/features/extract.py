@@ -258,3 +258,21 @@ class FeatureStore:
     def entropy(self, row: int) -> np.ndarray:
         ent = np.load(self.folder / "entropy.npy", mmap_mode="r")
         return np.asarray(ent[self.token_offsets[row]: self.token_offsets[row + 1]])
+
+
+def features_config(fc: dict, needs: list) -> dict:
+    """The configured features plus whatever the predictors declare (a superset, so the usual
+    suite keeps one cached features stage and an unusual need adds its own)."""
+    out = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in fc.items()}
+    out.setdefault("step_poolings", ["last"])
+
+    def add(key: str, values) -> None:
+        out[key] = out[key] + [v for v in values if v not in out[key]]
+
+    for need in needs:
+        add("roles", need.hidden)
+        add("poolings", need.pooling)
+        if need.steps:
+            add("step_roles", need.hidden)
+            add("step_poolings", need.step_pooling)
+    return out
