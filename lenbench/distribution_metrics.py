@@ -33,6 +33,7 @@ import numpy as np
 
 from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.metrics import _group_ids, _request_means, _rows_by_group, bootstrap_ratio_ci
+from lenbench.noise_floor import siblings_of_each
 
 __all__ = ["CRPS_GRID", "INTERVALS", "PIT_BINS", "crps", "distribution_metrics",
            "dynamic_distribution_metrics", "pinball", "pit", "pit_histogram", "row_scores",
@@ -212,9 +213,8 @@ def sibling_distributions(lengths, groups) -> tuple[LengthDistribution | None, n
         k = rows.size
         if k < 2:
             continue
-        vals = lengths[rows]
-        others = np.broadcast_to(vals, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
-        values[rows] = np.quantile(others, levels, axis=1, method="inverted_cdf").T
+        values[rows] = np.quantile(siblings_of_each(lengths[rows]), levels, axis=1,
+                                   method="inverted_cdf").T
     keep = np.isfinite(values[:, 0])
     if not keep.any():
         return None, keep

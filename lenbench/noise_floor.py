@@ -11,6 +11,12 @@ import numpy as np
 from lenbench.metrics import _group_ids, _rows_by_group, bootstrap_ratio_ci
 
 
+def siblings_of_each(values: np.ndarray) -> np.ndarray:
+    """(k, k - 1): row i holds the values of every member but i (the leave-one-out samples)."""
+    k = values.size
+    return np.broadcast_to(values, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
+
+
 def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Predict each sample by the median length of the *other* samples of its prompt.
 
@@ -25,10 +31,7 @@ def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarr
         k = rows.size
         if k < 2:
             continue
-        vals = lengths[rows]
-        # Leave-one-out median for every member: mask the diagonal, median of each row's others.
-        others = np.broadcast_to(vals, (k, k))[~np.eye(k, dtype=bool)].reshape(k, k - 1)
-        out[rows] = np.median(others, axis=1)
+        out[rows] = np.median(siblings_of_each(lengths[rows]), axis=1)
     return out
 
 
