@@ -29,18 +29,12 @@ import torch
 from lenbench import Needs, Predictor
 from lenbench.distributions import LengthDistribution
 from lenbench.generation.runner import eos_token_ids
+from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
 from lenbench.outlets.speculative import acceptance_report
-from lenbench.outlets.train import (
-    Sequence,
-    TrainConfig,
-    draft_states,
-    offline_acceptance,
-    open_target_cache,
-    train_draft,
-    uses_sd,
-)
+from lenbench.outlets.target_cache import open_target_cache
+from lenbench.outlets.train import draft_states, offline_acceptance, train_draft, uses_sd
 from lenbench.outlets.vocab import build_draft_vocab
 from lenbench.quantile_loss import start_at_quantiles
 

@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.modeling import DraftConfig, DraftModel
-from lenbench.outlets.train import Sequence, TrainConfig, open_target_cache, train_draft, uses_sd
+from lenbench.outlets.target_cache import open_target_cache
+from lenbench.outlets.train import train_draft, uses_sd
 from lenbench.outlets.vocab import build_draft_vocab
 
 REPO = Path(__file__).resolve().parent.parent

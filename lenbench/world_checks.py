@@ -51,7 +51,8 @@ def check_import_needs(ds: dict, need_features: bool, needs: list) -> None:
 def check_response_tokens(gen_card: dict) -> None:
     """Labels counted by a server that returned no token ids have no responses to run the
     target over: refuse feature-based predictors before the features stage starts."""
-    if (gen_card.get("generator") or {}).get("length_source") == "usage":
+    generator = gen_card.get("generator")  # a dict from describe(), else the class name
+    if isinstance(generator, dict) and generator.get("length_source") == "usage":
         raise ConfigError(["the labels are the server's own counts (generation.length_source "
                            "resolved to usage: it returned no token ids), so there are no "
                            "response tokens to extract features from; use a backend that "

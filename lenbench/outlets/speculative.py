@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from lenbench.outlets.batches import Batch, target_forward
 from lenbench.outlets.modeling import DraftModel
-from lenbench.outlets.train import Batch, target_forward
 
 
 @dataclass
