@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.worlds import run_predictor, synthetic
 from omegaconf import OmegaConf
-from test_egtp import run_predictor
-from test_tfidf_ridge import synthetic
 
 from baselines.bert_regressor import BertRegressor, bundled_minilm_path
 from baselines.opt_classifier import OPTClassifier

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_llama
-from test_egtp import synthetic_world
+from helpers.models import tiny_llama
+from helpers.worlds import synthetic_world
 
 from baselines.mlp_probe import MLPProbe
 from baselines.plp import PLP
@@ -248,7 +248,7 @@ def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:
 
 
 def test_leaderboard_marks_a_failed_audit(tmp_path: Path) -> None:
-    from test_leaderboard import _block, _synthetic
+    from helpers.leaderboard import heading_block, synthetic_result
 
     from lenbench.leaderboard import build_leaderboard
     from lenbench.results import write_result
@@ -257,12 +257,12 @@ def test_leaderboard_marks_a_failed_audit(tmp_path: Path) -> None:
     extra = {"observed_steps": [0, 8], "mae_by_observed_steps": [30.0, 25.0],
              "n_by_observed_steps": [8, 6]}
     for name, passed in (("plp", True), ("peeker", False)):
-        _synthetic(res, name, 0, {}, dynamic=extra)
+        synthetic_result(res, name, 0, {}, dynamic=extra)
         path = next((res / "toyworld" / "toy" / name).glob("*.json"))
         d = json.loads(path.read_text())
         d["causality"] = {"passed": passed, "checked_rows": 8}
         write_result(path, d)
     board = build_leaderboard(res, tmp_path / "board").read_text("utf-8")
-    block = _block(board, "Dynamic MAE by observed steps")
+    block = heading_block(board, "Dynamic MAE by observed steps")
     assert "| peeker (non-causal) | 30.0 | 25.0 |" in block
     assert "| plp | 30.0 | 25.0 |" in block

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import E2E_UPSTREAM, FIXTURES, REPO, USER_CONF, E2ERun, run_lenbench
+from helpers.cli import E2E_UPSTREAM, FIXTURES, REPO, USER_CONF, E2ERun, run_lenbench
 
 from lenbench.results import validate_result
 

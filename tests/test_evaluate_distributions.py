@@ -7,70 +7,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
+from helpers.worlds import CFG, STRIDE, WIDTH, TrainQuantiles, make_world
 
 from lenbench import QUANTILE_LEVELS, LengthDistribution, Predictor
 from lenbench.evaluate import evaluate_predictor, noise_floor_result, save
-from lenbench.generation.runner import LABEL_COLUMNS
-from lenbench.pipeline import World
 from lenbench.results import validate_result
-
-WIDTH = 1000.0  # the remaining-length histogram: uniform on [0, WIDTH]
-STRIDE = 7  # steps t = 0, 7, 14, ... < L
-
-
-class StepStore:
-    """The part of a feature store that `SplitView.steps` reads: step offsets and (row, t)."""
-
-    def __init__(self, lengths: np.ndarray):
-        ts = [np.arange(0, L, STRIDE) for L in lengths]
-        self.step_offsets = np.concatenate([[0], np.cumsum([t.size for t in ts])])
-        rows = np.concatenate([np.full(t.size, i) for i, t in enumerate(ts)])
-        self._index = np.stack([rows, np.concatenate(ts)], axis=1)
-
-    def step_index(self) -> np.ndarray:
-        return self._index
-
-
-class TrainQuantiles(Predictor):
-    """Every row gets the train split's quantiles; remaining length: uniform on [0, WIDTH]."""
-
-    def fit(self, train, val=None) -> None:
-        self.q = np.quantile(train.lengths, QUANTILE_LEVELS)
-
-    def predict(self, split) -> np.ndarray:
-        return np.full(len(split), self.q[2])
-
-    def predict_distribution(self, split) -> LengthDistribution:
-        return LengthDistribution.from_quantiles(QUANTILE_LEVELS, np.tile(self.q, (len(split), 1)))
-
-    def predict_remaining_distribution(self, split) -> LengthDistribution:
-        return LengthDistribution.from_histogram([0.0, WIDTH], np.ones((len(split.steps), 1)))
-
-
-def make_world(n_samples: int, censor_every: int = 0) -> World:
-    rows = []
-    for p in range(90):
-        for s in range(n_samples):
-            i = len(rows)
-            rows.append({"prompt_id": f"p{p}", "sample_idx": s,
-                         "split": ("train", "val", "test")[p % 3], "family": "", "text": "",
-                         "prompt_token_ids": [1, 2], "output_token_ids": [],
-                         "L": 10 + (p * 37 + s * 53) % 200, "finish_reason": "stop",
-                         "censored": bool(censor_every and i % censor_every == 0)})
-    labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
-    test = labels[labels["split"] == "test"]
-    return World(labels=labels, features=StepStore(labels["L"].to_numpy()), generation_card={},
-                 target_path="", dataset={"name": "w", "key": "k", "n_train": 90, "n_val": 90,
-                                          "n_test": len(test), "mean_L": 100.0,
-                                          "n_test_prompts": int(test["prompt_id"].nunique())},
-                 model={"name": "m", "key": "m", "path": ""},
-                 fingerprints={"labels": "abc", "features": None})
-
-
-CFG = {"dataset": {"name": "w"}, "eval": {"n_boot": 50}, "sim": {"enabled": False},
-       "generation": {"max_new_tokens": 300}}
 
 
 def _uniform_crps(y: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers.models import tiny_llama
 
 from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features, role_layers
 
@@ -177,7 +177,7 @@ def test_running_entropy_pool_equals_direct_softmax_pool():
 
 
 def test_features_config_adds_what_predictors_need_and_nothing_else():
-    from lenbench.pipeline import features_config
+    from lenbench.features.extract import features_config
     from lenbench.predictor import Needs
 
     base = {"roles": ["mid"], "poolings": ["last"], "step_roles": ["mid"], "step_stride": 1}

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import FIXTURES, tiny_llama, toy_prompt_table
+from helpers.cli import FIXTURES
+from helpers.models import tiny_llama, toy_prompt_table
 
 from lenbench.generation.hf import (
     GenRequest,

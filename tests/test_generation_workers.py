@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES, REPO, toy_prompt_table
+from helpers.cli import FIXTURES, REPO
+from helpers.models import toy_prompt_table
 
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels
@@ -163,8 +164,8 @@ def test_pipeline_dispatches_openai_backend_without_loading_weights(
         toy_tiny_path, session_cache, tmp_path, monkeypatch):
     """generation=openai through the generate stage: the toy server's greedy labels equal the hf
     backend's, and the pipeline loads only the tokenizer (no weights) to get them."""
+    from helpers.servers import ToyServer, free_port
     from omegaconf import OmegaConf
-    from test_openai_backend import ToyServer, _free_port
 
     from lenbench import pipeline
 
@@ -173,7 +174,7 @@ def test_pipeline_dispatches_openai_backend_without_loading_weights(
     hf = pipeline.prepare_world(OmegaConf.to_container(_cfg(
         _cache_with_toy_model(tmp_path / "hf", session_cache), *greedy), resolve=True),
         need_features=False, progress=False)
-    server = ToyServer(toy_tiny_path, _free_port())
+    server = ToyServer(toy_tiny_path, free_port())
     try:
         monkeypatch.setattr(pipeline, "load_target",
                             lambda *a, **k: pytest.fail("the openai backend loads no weights"))

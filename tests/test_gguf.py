@@ -19,7 +19,6 @@ from pathlib import Path
 import gguf
 import pytest
 import torch
-from conftest import REPO
 from gguf_fixtures import (
     CHATML,
     byte_level_text,
@@ -32,6 +31,7 @@ from gguf_fixtures import (
     write_gemma3_gguf,
     write_llama_gguf,
 )
+from helpers.cli import REPO
 from omegaconf import OmegaConf
 
 from lenbench.models import gguf as lgguf

@@ -3,7 +3,7 @@ help."""
 
 from __future__ import annotations
 
-from conftest import run_lenbench
+from helpers.cli import run_lenbench
 
 
 def test_help_describes_lenbench() -> None:
@@ -12,7 +12,7 @@ def test_help_describes_lenbench() -> None:
     out = proc.stdout
     assert out.startswith("lenbench: a benchmark harness for LLM output-length predictors")
     # the config groups with their real choices, filled in by Hydra
-    assert "predictor: bert_regressor, bin_classifier, constant" in out
+    assert "predictor: bert_regressor, bin_classifier, conformal, constant" in out
     assert "mlp_probe" in out and "experiment:" in out and "smoke" in out
     # examples, where results go, the debugging knobs
     for text in ("lenbench -m predictor=", "experiment=real_smollm2", "dataset=jsonl",

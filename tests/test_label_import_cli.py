@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import E2ERun, run_lenbench
+from helpers.cli import E2ERun, run_lenbench
 
 from lenbench.results import load_results
 

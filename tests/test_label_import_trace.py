@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from conftest import run_lenbench
+from helpers.cli import run_lenbench
 
 from lenbench.results import load_results
 

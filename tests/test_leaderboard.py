@@ -12,11 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.leaderboard import GOLDEN, heading_block, synthetic_result
 
 from lenbench.leaderboard import build_leaderboard, main
 from lenbench.results import load_results, result_path, write_result
 
-GOLDEN = Path(__file__).parent / "data" / "golden_results"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -153,25 +153,6 @@ def test_other_params_get_their_own_row(tmp_path: Path) -> None:
 # predictor details: Predictor.report() and the dynamic observed-steps table, on synthetic results
 
 
-def _synthetic(res: Path, name: str, seed: int, report: dict | None = None,
-               dynamic: dict | None = None, **timings: float) -> None:
-    """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras."""
-    base = next(r for r in load_results(GOLDEN)[0]
-                if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
-    r = json.loads(json.dumps(base))
-    del r["_source"]
-    r["predictor"]["name"], r["seed"] = name, seed
-    r["config_hash"] = f"{name[:4]}{seed:08d}".ljust(12, "0")
-    if report is not None:
-        r["report"] = report
-    if dynamic is None:
-        r["metrics"]["dynamic"], r["predictor"]["dynamic"] = None, False
-    else:
-        r["metrics"]["dynamic"].update(dynamic)
-    r["timings"].update(timings)
-    write_result(result_path(res, "toyworld", "toy", name, r["config_hash"]), r)
-
-
 SPEC = {"tau": 2.5, "alpha": [0.8, 0.6, 0.4], "acc": [0.9, 0.7, 0.5],
         "expected_acceptance": [0.9, 0.63, 0.32], "n_rounds": 40,
         "random_init": {"tau": 1.0, "alpha": [0.0, 0.0, 0.0], "acc": [0.01, 0.0, 0.0],
@@ -182,7 +163,7 @@ SPEC = {"tau": 2.5, "alpha": [0.8, 0.6, 0.4], "acc": [0.9, 0.7, 0.5],
 def details(tmp_path_factory: pytest.TempPathFactory) -> str:
     res = tmp_path_factory.mktemp("details_res")
     for seed, (n_bad, tpw) in enumerate([(3, 1.25), (5, 1.25)]):
-        _synthetic(res, "pia", seed, {
+        synthetic_result(res, "pia", seed, {
             "n_asked": 40, "n_unparseable": n_bad, "tokens_per_word": tpw, "unit": "words",
             "examples": ["'About 150 words' -> 150", "'no idea' -> none"],
             "per_row": list(range(100)),  # long: stays in the file only
@@ -194,22 +175,16 @@ def details(tmp_path_factory: pytest.TempPathFactory) -> str:
         d["metrics"]["variants"] = {"calibrated": d["metrics"]["static"]}
         write_result(path, d)
     assert pia.exists()
-    _synthetic(res, "plp", 0, {}, dynamic={"observed_steps": [0, 8, 16],
+    synthetic_result(res, "plp", 0, {}, dynamic={"observed_steps": [0, 8, 16],
                                            "mae_by_observed_steps": [30.0, 25.0, None],
                                            "n_by_observed_steps": [8, 6, 0]},
                predict_ms_per_step=0.5)
-    _synthetic(res, "plp", 1, {}, dynamic={"observed_steps": [0, 8, 16],
+    synthetic_result(res, "plp", 1, {}, dynamic={"observed_steps": [0, 8, 16],
                                            "mae_by_observed_steps": [34.0, 27.0, None],
                                            "n_by_observed_steps": [8, 6, 0]},
                predict_ms_per_step=0.7)
-    _synthetic(res, "outlets", 0, {"speculative": SPEC, "overhead_ms": 1.5})
+    synthetic_result(res, "outlets", 0, {"speculative": SPEC, "overhead_ms": 1.5})
     return build_leaderboard(res, tmp_path_factory.mktemp("details_out")).read_text("utf-8")
-
-
-def _block(md: str, heading: str) -> str:
-    """The text under a `#### heading` up to the next heading."""
-    rest = md.split(f"#### {heading}\n", 1)[1]
-    return rest.split("\n#", 1)[0]
 
 
 def test_row_labels_come_from_the_report(details: str) -> None:
@@ -220,7 +195,7 @@ def test_row_labels_come_from_the_report(details: str) -> None:
 
 def test_report_entries_flattened_sorted_and_aggregated(details: str) -> None:
     assert "### Predictor details" in details
-    pia = _block(details, "pia")
+    pia = heading_block(details, "pia")
     keys = [ln.split(" | ")[0].lstrip("| ").strip("`") for ln in pia.splitlines()
             if ln.startswith("| `")]
     # sorted dotted keys; row_labels and the long per_row list are not printed
@@ -236,7 +211,7 @@ def test_report_entries_flattened_sorted_and_aggregated(details: str) -> None:
 
 
 def test_observed_steps_table(details: str) -> None:
-    block = _block(details, "Dynamic MAE by observed steps")
+    block = heading_block(details, "Dynamic MAE by observed steps")
     assert "| Predictor | t = 0 | t = 8 | t = 16 | ms/step |" in block
     assert "| plp | 32.0 ± 2.8 | 26.0 ± 1.4 | — | 0.6 |" in block
     assert "| *requests decoding at t* | 8 | 6 | 0 |  |" in block
@@ -244,13 +219,13 @@ def test_observed_steps_table(details: str) -> None:
 
 
 def test_speculative_table(details: str) -> None:
-    block = _block(details, "Speculative decoding quality")
+    block = heading_block(details, "Speculative decoding quality")
     assert ("| Predictor | τ | α_1 | α_2 | α_3 | acc_0 | acc_1 | acc_2 | E[acc]_0 | E[acc]_1 "
             "| E[acc]_2 |") in block
     assert ("| outlets | 2.50 | 0.800 | 0.600 | 0.400 | 0.900 | 0.700 | 0.500 | 0.900 | 0.630 "
             "| 0.320 |") in block
     assert "| *outlets, random init* (ref) | 1.00 | 0.000 |" in block
-    outlets = _block(details, "outlets")
+    outlets = heading_block(details, "outlets")
     # the table's figures are not repeated; the rest of the speculative dict is
     assert "`speculative.n_rounds` | 40 |" in outlets and "`overhead_ms` | 1.5 |" in outlets
     assert "speculative.tau" not in outlets and "random_init" not in outlets
@@ -258,9 +233,9 @@ def test_speculative_table(details: str) -> None:
 
 def test_deep_drafts_show_the_mean_over_depths(tmp_path: Path) -> None:
     spec = {"tau": 3.0, "alpha": [0.5] * 7 + [0.9], "acc": [0.6] * 8}
-    _synthetic(tmp_path / "res", "outlets", 0, {"speculative": spec})
+    synthetic_result(tmp_path / "res", "outlets", 0, {"speculative": spec})
     md = build_leaderboard(tmp_path / "res", tmp_path / "out").read_text("utf-8")
-    block = _block(md, "Speculative decoding quality")
+    block = heading_block(md, "Speculative decoding quality")
     assert "| Predictor | τ | mean α | mean acc |" in block
     assert "| outlets | 3.00 | 0.550 | 0.600 |" in block
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_evaluate_distributions import CFG, TrainQuantiles, make_world
+from helpers.worlds import CFG, TrainQuantiles, make_world
 
 from lenbench import Predictor
 from lenbench.evaluate import evaluate_predictor, noise_floor_result, save

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 from lenbench import metrics
-from lenbench.metrics import dynamic_metrics, noise_floor_predictions, static_metrics
+from lenbench.metrics import dynamic_metrics, static_metrics
+from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
 
 # A tiny dynamic example. Rows 0 and 1 are two samples of prompt "p", row 2 is prompt "q" and is
 # scored only at every second step (strided features), which the protocol must allow.
@@ -211,7 +212,7 @@ def _discrete_world(n_prompts: int, k: int, seed: int):
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_the_noise_floor_interval_contains_the_true_floor(k: int) -> None:
     lengths, groups, floor = _discrete_world(400, k, seed=k)
-    b = metrics.noise_floor_bounds(lengths, groups, n_boot=500, seed=0)
+    b = noise_floor_bounds(lengths, groups, n_boot=500, seed=0)
     assert b["in_sample"] < floor < b["leave_one_out"], (b, floor)
     assert b["interval"][0] < floor < b["interval"][1]
     assert b["n"] == 400 * k and b["n_prompts"] == 400
@@ -221,12 +222,12 @@ def test_noise_floor_bounds_by_hand() -> None:
     """Prompt a: 10, 20 -> in-sample median 15 (errors 5, 5), others 20, 10 (errors 10, 10);
     prompt b: 4, 4, 10 -> median 4 (0, 0, 6); others' medians 7, 7, 4 (3, 3, 6); c has one
     sample and is left out."""
-    b = metrics.noise_floor_bounds(np.array([10, 20, 4, 4, 10, 99]),
+    b = noise_floor_bounds(np.array([10, 20, 4, 4, 10, 99]),
                                    np.array(["a", "a", "b", "b", "b", "c"]), n_boot=0)
     assert b["in_sample"] == pytest.approx(16 / 5)
     assert b["leave_one_out"] == pytest.approx(32 / 5)
     assert b["n"] == 5 and b["interval"] is None
-    assert metrics.noise_floor_bounds(np.array([1, 2]), np.array([0, 1])) is None
+    assert noise_floor_bounds(np.array([1, 2]), np.array([0, 1])) is None
 
 
 def test_paired_difference_is_narrower_than_unpaired() -> None:

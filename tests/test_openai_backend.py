@@ -9,18 +9,23 @@ backoff and errors; `choice_result` is checked on hand-written responses.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import tiny_llama, toy_prompt_table
+from helpers.models import tiny_llama, toy_prompt_table
+from helpers.servers import (
+    GREEDY,
+    MAX_NEW,
+    N_PROMPTS,
+    SHARD,
+    ToyServer,
+    free_port,
+    generate_with,
+    openai_client,
+)
 
 from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.openai_backend import (
@@ -29,64 +34,13 @@ from lenbench.generation.openai_backend import (
     choice_result,
     request_seed,
 )
-from lenbench.generation.runner import eos_token_ids, generate_labels
-
-REPO = Path(__file__).resolve().parent.parent
-N_PROMPTS = 12
-SHARD = 3
-MAX_NEW = 24
-GREEDY = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=MAX_NEW)
-PROBE = "Say yes."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ToyServer:
-    """`python -m lenbench.generation.toy_server` as a subprocess on a fixed port."""
-
-    def __init__(self, model_dir: str, port: int, *flags: str):
-        self.port = port
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(REPO), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lenbench.generation.toy_server", "--model", model_dir,
-             "--port", str(port), "--served-name", "toy", "--threads", "1", *flags],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()  # printed once the socket is bound
-        if "serving" not in line:
-            self.stop()
-            pytest.fail(f"toy_server did not start: {line}{self.proc.stderr.read()[-3000:]}")
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+from lenbench.generation.runner import eos_token_ids
 
 
 @pytest.fixture(scope="module")
 def prompt_table() -> pd.DataFrame:
     """Toyworld prompts: distinct ids, splits in rotation."""
     return toy_prompt_table(N_PROMPTS, seed=123)
-
-
-def _gen(toy, prompts, out_dir, generator=None, sampling=GREEDY):
-    return generate_labels(prompts, toy.model, toy.tokenizer, out_dir, sampling=sampling,
-                           n_samples=1, seed=0, batch_size=8, shard_prompts=SHARD,
-                           keep_censored=True, progress=False, generator=generator)
-
-
-def _client(toy, url: str, **kw) -> OpenAIGenerator:
-    # one probe prompt: the EOS probe's requests reach the server before the shards' requests
-    cfg = {"base_url": url, "model": None, "concurrency": 4, "max_retries": 2,
-           "timeout_s": 60, "backoff_s": 0.05, "probe_prompts": [PROBE], **kw}
-    return OpenAIGenerator.from_config(cfg, toy.tokenizer, eos_token_ids(toy.model, toy.tokenizer))
 
 
 def _differences(got: pd.DataFrame, want: pd.DataFrame) -> list[str]:
@@ -129,8 +83,8 @@ def _assert_same_labels(got: pd.DataFrame, want: pd.DataFrame) -> None:
 def test_toy_model_greedy_labels_equal_hf_and_restart_resumes(toy_tiny, toy_tiny_path,
                                                               prompt_table, tmp_path):
     """toy_tiny over a server subprocess that dies mid-run, restarted on the same port."""
-    want, _ = _gen(toy_tiny, prompt_table, tmp_path / "hf")
-    port = _free_port()
+    want, _ = generate_with(toy_tiny, prompt_table, tmp_path / "hf")
+    port = free_port()
     n_shards = -(-N_PROMPTS // SHARD)
     # the server serves the probe, the first shard (SHARD requests) and one more, then dies
     # mid-shard 2
@@ -138,7 +92,8 @@ def test_toy_model_greedy_labels_equal_hf_and_restart_resumes(toy_tiny, toy_tiny
     out = tmp_path / "shards"
     try:
         with pytest.raises(ServerError, match=f"127.0.0.1:{port}/v1/completions"):
-            _gen(toy_tiny, prompt_table, out, _client(toy_tiny, server.url, max_retries=1))
+            generate_with(toy_tiny, prompt_table, out,
+                          openai_client(toy_tiny, server.url, max_retries=1))
         assert server.proc.wait(timeout=30) == 3  # it died (the --die-after exit code)
     finally:
         server.stop()
@@ -148,10 +103,11 @@ def test_toy_model_greedy_labels_equal_hf_and_restart_resumes(toy_tiny, toy_tiny
 
     server = ToyServer(toy_tiny_path, port)  # restarted on the same address
     try:
-        labels, card = _gen(toy_tiny, prompt_table, out, _client(toy_tiny, server.url))
+        labels, card = generate_with(toy_tiny, prompt_table, out,
+                                     openai_client(toy_tiny, server.url))
         # an uninterrupted run against the same server, for good measure
-        fresh, fresh_card = _gen(toy_tiny, prompt_table, tmp_path / "fresh",
-                                 _client(toy_tiny, server.url))
+        fresh, fresh_card = generate_with(toy_tiny, prompt_table, tmp_path / "fresh",
+                                 openai_client(toy_tiny, server.url))
     finally:
         server.stop()
     assert card["rows_resumed"] == SHARD and fresh_card["rows_resumed"] == 0
@@ -198,7 +154,7 @@ def mixed(toy_tiny, prompt_table, tmp_path_factory):
     tok.save_pretrained(path)
     target = load_target(str(path), "float32", "cpu")
     assert eos_token_ids(target.model, target.tokenizer) == sorted({extra, tok.eos_token_id})
-    hf, _ = _gen(target, prompt_table, tmp_path_factory.mktemp("mixed_hf"))
+    hf, _ = generate_with(target, prompt_table, tmp_path_factory.mktemp("mixed_hf"))
     assert set(hf["finish_reason"]) == {"stop", "length"}
     return str(path), target, hf
 
@@ -220,16 +176,17 @@ def mixed_server(mixed):
 def test_greedy_labels_with_both_endings_equal_hf(mixed, mixed_server, prompt_table, tmp_path):
     _, target, want = mixed
     backend, url = mixed_server
-    got, _ = _gen(target, prompt_table, tmp_path / "ids", _client(target, url))
+    got, _ = generate_with(target, prompt_table, tmp_path / "ids", openai_client(target, url))
     _assert_same_labels(got, want)
     # ids read from logprobs "token_id:N" tokens (vLLM's return_tokens_as_token_ids)
-    via_logprobs, _ = _gen(target, prompt_table, tmp_path / "lp",
-                           _client(target, url, token_ids_via_logprobs=True))
+    via_logprobs, _ = generate_with(target, prompt_table, tmp_path / "lp",
+                           openai_client(target, url, token_ids_via_logprobs=True))
     _assert_same_labels(via_logprobs, want)
     # a server that drops the EOS from the ids: L still counts it (both EOS ids are stripped here)
     backend.strip_eos = True
     try:
-        stripped, _ = _gen(target, prompt_table, tmp_path / "strip", _client(target, url))
+        stripped, _ = generate_with(target, prompt_table, tmp_path / "strip",
+                                    openai_client(target, url))
     finally:
         backend.strip_eos = False
     _assert_same_labels(stripped, want)
@@ -242,9 +199,9 @@ def test_sampled_generation_is_seeded_per_sample(mixed, mixed_server, prompt_tab
     _, target, greedy = mixed
     _, url = mixed_server
     sampled = SamplingConfig(temperature=1.0, top_p=0.9, max_new_tokens=MAX_NEW)
-    a, _ = _gen(target, prompt_table, tmp_path / "a", _client(target, url), sampled)
-    b, _ = _gen(target, prompt_table, tmp_path / "b", _client(target, url, concurrency=1),
-                sampled)
+    a, _ = generate_with(target, prompt_table, tmp_path / "a", openai_client(target, url), sampled)
+    b, _ = generate_with(target, prompt_table, tmp_path / "b",
+                         openai_client(target, url, concurrency=1), sampled)
     pd.testing.assert_frame_equal(a, b)  # same seeds, any concurrency -> same samples
     assert [list(x) for x in a["output_token_ids"]] != \
         [list(x) for x in greedy["output_token_ids"]]
@@ -359,7 +316,7 @@ def test_client_errors_are_not_retried_and_dead_server_raises():
     finally:
         srv.close()
     assert len(srv.seen) == 1
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens here
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens here
     with pytest.raises(ServerError, match=f"{url}/completions failed after 2 attempts"):
         _scripted_client(url, max_retries=1).generate(REQ, CFG)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from helpers.worlds import run_predictor, synthetic
 from omegaconf import OmegaConf
-from test_egtp import run_predictor
-from test_tfidf_ridge import synthetic
 
 from baselines.opt_classifier import OPTClassifier
 from lenbench.cli import instantiate_predictor

@@ -7,22 +7,13 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers.worlds import H, V, draft_for, tiny_world
 
+from lenbench.outlets.batches import Batch, Sequence, TrainConfig, collate, target_forward
 from lenbench.outlets.modeling import DraftConfig, DraftModel, apply_rope, shift_left
 from lenbench.outlets.speculative import SpecStats, draft_chain, speculative_generate
-from lenbench.outlets.train import (
-    Batch,
-    Sequence,
-    TrainConfig,
-    batch_loss,
-    collate,
-    target_forward,
-    train_draft,
-)
+from lenbench.outlets.train import batch_loss, train_draft
 from lenbench.outlets.vocab import build_draft_vocab, draft_to_target, target_to_draft
-
-V, H = 64, 32
 
 
 def make_draft(attention: str = "gated", gate: str = "elementwise", vocab: int = 48,
@@ -155,26 +146,6 @@ def test_a_gate_fixed_at_one_is_plain_llama_attention() -> None:
     with torch.no_grad():
         c = gated.unroll(fused, ids, valid, 3)
     assert not torch.allclose(c[1].logits, b[1].logits)
-
-
-def tiny_world(n: int = 24, seed: int = 0):
-    """A random tiny target and sequences with prompts and responses of varied length."""
-    target = tiny_llama(n_layers=8, hidden=H, vocab=V, seed=seed)
-    with torch.no_grad():  # peaked next-token distributions, like a trained model's
-        target.lm_head.weight *= 30
-    rng = np.random.default_rng(seed)
-    seqs = []
-    for _ in range(n):
-        p, r = int(rng.integers(3, 8)), int(rng.integers(2, 12))
-        seqs.append(Sequence(rng.integers(1, V, p + r).astype(np.int64), p, r))
-    return target, seqs
-
-
-def draft_for(target, seqs, **choices) -> DraftModel:
-    d2t, t2d, _ = build_draft_vocab([s.ids[s.n:] for s in seqs], V, 48)
-    cfg = DraftConfig.from_target(target.config, 48, **choices)
-    torch.manual_seed(0)
-    return DraftModel(cfg, target.get_input_embeddings().weight, d2t, t2d)
 
 
 def test_batch_masks_cover_exactly_the_response() -> None:

@@ -10,21 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_outlets import draft_for, tiny_world
+from helpers.worlds import draft_for, tiny_world
 
-import lenbench.outlets.train as train_mod
+import lenbench.outlets.target_cache as cache_mod
 from baselines.outlets import Outlets
-from lenbench.outlets.train import (
-    TargetCache,
-    TrainConfig,
-    batch_loss,
-    collate,
-    make_batches,
-    open_target_cache,
-    target_forward,
-    train_draft,
-    uses_sd,
-)
+from lenbench.outlets.batches import TrainConfig, collate, make_batches, target_forward
+from lenbench.outlets.target_cache import TargetCache, open_target_cache
+from lenbench.outlets.train import batch_loss, train_draft, uses_sd
 
 # max_len 12 truncates the longer tiny_world sequences (up to 18 tokens); 64 tokens per batch
 # gives several right-padded batches
@@ -139,13 +131,13 @@ def test_a_cache_serves_only_runs_it_holds_every_row_of() -> None:
 
 def test_features_that_overflow_fp16_are_refused(monkeypatch) -> None:
     target, seqs = tiny_world()
-    real = train_mod.target_forward
+    real = cache_mod.target_forward
 
     def huge(model, batch):
         fused, logits = real(model, batch)
         return fused * 1e6, logits
 
-    monkeypatch.setattr(train_mod, "target_forward", huge)
+    monkeypatch.setattr(cache_mod, "target_forward", huge)
     with pytest.raises(FloatingPointError, match="target_cache=off"):
         TargetCache.build(target, seqs, 12, draft_for(target, seqs).t2d, True, 64)
 

@@ -63,7 +63,7 @@ def test_bad_choices_are_rejected_by_name() -> None:
 
 
 def test_outlets_through_the_harness(e2e, tmp_path: Path) -> None:
-    from test_egtp import run_predictor
+    from helpers.worlds import run_predictor
 
     result = run_predictor(e2e, tmp_path, "outlets", *QUICK)
     m = result["metrics"]
@@ -88,7 +88,7 @@ def test_outlets_through_the_harness(e2e, tmp_path: Path) -> None:
 
 def test_predictions_have_the_right_shapes_and_survive_save_and_load(e2e, tmp_path: Path) -> None:
     """Fit on the session's tiny world directly, then a reloaded copy predicts the same."""
-    from conftest import E2E_UPSTREAM, REPO
+    from helpers.cli import E2E_UPSTREAM, REPO
     from hydra import compose, initialize_config_dir
 
     from lenbench.evaluate import views

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, tiny_llama
+from helpers.cli import REPO
+from helpers.models import tiny_llama
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -21,9 +22,10 @@ from lenbench.cli import instantiate_predictor
 from lenbench.distributions import QUANTILE_LEVELS
 from lenbench.features.extract import FeatureStore
 from lenbench.inputs import SplitView
+from lenbench.outlets.batches import Sequence, TrainConfig, collate, target_forward
 from lenbench.outlets.losses import length_loss
 from lenbench.outlets.modeling import DraftConfig, DraftModel, shift_left
-from lenbench.outlets.train import Sequence, TrainConfig, collate, target_forward, train_draft
+from lenbench.outlets.train import train_draft
 from lenbench.outlets.vocab import build_draft_vocab
 from lenbench.predictor import TargetModel
 from lenbench.quantile_loss import pinball_loss

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers.cli import REPO
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import E2E_UPSTREAM, run_lenbench
+from helpers.cli import E2E_UPSTREAM, run_lenbench
 
 from baselines.pia import PIA, parse_length
 from lenbench.inputs import SplitView

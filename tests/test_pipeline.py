@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import E2E_UPSTREAM, REPO, E2ERun, lenbench_cmd, run_lenbench
+from helpers.cli import E2E_UPSTREAM, REPO, E2ERun, lenbench_cmd, run_lenbench
 
-from lenbench.metrics import noise_floor_predictions
+from lenbench.noise_floor import noise_floor_predictions
 from lenbench.results import validate_result
 
 SUITE = ("constant", "prompt_length", "mlp_probe", "bin_classifier")

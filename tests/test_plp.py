@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from test_egtp import synthetic_world, views
+from helpers.worlds import synthetic_world, views
 
 from baselines.plp import PLP
 
@@ -53,7 +53,7 @@ def test_step_subsample_keeps_t0_and_caps_each_request(tmp_path: Path) -> None:
 
 
 def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
-    from test_egtp import run_predictor
+    from helpers.worlds import run_predictor
 
     result = run_predictor(e2e, tmp_path, "plp")
     assert result["predictor"]["dynamic"] is True

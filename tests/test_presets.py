@@ -14,7 +14,7 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO
+from helpers.cli import REPO
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -183,7 +183,7 @@ def test_local_joblib_multirun_runs_two_jobs(session_cache, toy_tiny_path, tmp_p
     """`-m hydra/launcher=local` really launches (hydra-joblib-launcher with this hydra-core)."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher",
                         reason='the launcher plugins are the ".[cluster]" extra')
-    from conftest import run_lenbench
+    from helpers.cli import run_lenbench
 
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -11,7 +11,7 @@ import importlib.util
 import json
 
 import pytest
-from conftest import run_lenbench
+from helpers.cli import run_lenbench
 
 pytestmark = pytest.mark.slow
 

@@ -5,35 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+from helpers.worlds import TASKS, synthetic
 from omegaconf import OmegaConf
 
 from baselines.tfidf_ridge import TfidfRidgePredictor
 from lenbench.cli import instantiate_predictor
-from lenbench.inputs import SplitView
 
 YAML = Path(__file__).resolve().parent.parent / "conf" / "predictor" / "tfidf_ridge.yaml"
-# Length is set by one "task" word hidden among filler words; the rest is noise.
-TASKS = {"haiku": 12, "define": 30, "explain": 120, "compare": 260, "essay": 700}
-FILLER = ["please", "the", "a", "of", "my", "about", "quick", "brief", "new", "topic", "for",
-          "this", "that", "kind"]
-
-
-def synthetic(n: int, seed: int) -> SplitView:
-    rng = np.random.default_rng(seed)
-    tasks = rng.choice(list(TASKS), size=n)
-    texts, lengths = [], []
-    for task in tasks:
-        words = [task, *rng.choice(FILLER, size=rng.integers(2, 10))]
-        rng.shuffle(words)
-        texts.append(" ".join(words))
-        lengths.append(int(TASKS[task] * rng.lognormal(0.0, 0.2)) + 1)
-    labels = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(n)], "text": texts,
-                           "L": lengths, "family": "", "prompt_token_ids": [[0]] * n})
-    return SplitView("train", labels, np.arange(n))
-
-
 def test_beats_constant_median() -> None:
     train, test = synthetic(400, 0), synthetic(200, 1)
     model = TfidfRidgePredictor(max_length=2048)

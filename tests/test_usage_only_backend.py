@@ -10,7 +10,7 @@ request asks for one sample, so a per-request count is a per-sample count.
 from __future__ import annotations
 
 import pytest
-from test_openai_backend import _client, _gen
+from helpers.servers import generate_with, openai_client
 
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.length_counts import (
@@ -53,8 +53,8 @@ def test_usage_only_labels_equal_hf_in_both_conventions(mixed, shaped, prompt_ta
     _, target, want = mixed
     backend, url = shaped
     backend.shape = shape
-    client = _client(target, url, probe_prompts=_probe_texts(want, "stop"))
-    got, card = _gen(target, prompt_table, tmp_path / shape, client)
+    client = openai_client(target, url, probe_prompts=_probe_texts(want, "stop"))
+    got, card = generate_with(target, prompt_table, tmp_path / shape, client)
     assert got[COLUMNS].reset_index(drop=True).equals(want[COLUMNS].reset_index(drop=True)), \
         got[COLUMNS].compare(want[COLUMNS])
     assert all(len(ids) == 0 for ids in got["output_token_ids"])  # not known, not made up
@@ -81,10 +81,10 @@ def test_every_request_asks_for_one_sample(mixed, shaped, prompt_table, tmp_path
         return original(self, method, path, body)
 
     monkeypatch.setattr(OpenAIGenerator, "_http", recording)
-    client = _client(target, url, probe_prompts=_probe_texts(want, "stop"))
+    client = openai_client(target, url, probe_prompts=_probe_texts(want, "stop"))
     client.probe()
     n_probe = len(bodies)
-    labels, _ = _gen(target, prompt_table.head(3), tmp_path / "n1", client,
+    labels, _ = generate_with(target, prompt_table.head(3), tmp_path / "n1", client,
                      SamplingConfig(temperature=1.0, top_p=0.9, max_new_tokens=8))
     assert len(bodies) == n_probe + 3 and all(b["n"] == 1 for b in bodies)
     assert len({b["seed"] for b in bodies[n_probe:]}) == 3  # each sample its own seed
@@ -95,9 +95,9 @@ def test_server_with_neither_ids_nor_usage_is_refused(mixed, shaped, prompt_tabl
     _, target, want = mixed
     backend, url = shaped
     backend.shape = "text-only"
-    client = _client(target, url, probe_prompts=_probe_texts(want, "stop"))
+    client = openai_client(target, url, probe_prompts=_probe_texts(want, "stop"))
     with pytest.raises(ServerError, match="neither output token ids nor usage.completion_tokens"):
-        _gen(target, prompt_table, tmp_path / "none", client)
+        generate_with(target, prompt_table, tmp_path / "none", client)
     assert not list((tmp_path / "none").glob("shard-*.parquet"))
 
 
@@ -106,9 +106,9 @@ def test_miscounting_server_is_refused(mixed, shaped, prompt_table, tmp_path, re
     _, target, want = mixed
     backend, url = shaped
     backend.shape, backend.usage_bias = "usage-with-eos", 2
-    client = _client(target, url, probe_prompts=_probe_texts(want, reason))
+    client = openai_client(target, url, probe_prompts=_probe_texts(want, reason))
     with pytest.raises(ServerError, match="cannot be reconciled"):
-        _gen(target, prompt_table, tmp_path / "bias", client)
+        generate_with(target, prompt_table, tmp_path / "bias", client)
 
 
 def test_probe_without_a_stop_needs_the_convention_configured(mixed, shaped, prompt_table,
@@ -118,24 +118,26 @@ def test_probe_without_a_stop_needs_the_convention_configured(mixed, shaped, pro
     backend.shape = "usage-without-eos"
     ends = _probe_texts(want, "length")
     with pytest.raises(ServerError, match="usage_counts_eos=true\\|false"):
-        _gen(target, prompt_table, tmp_path / "a", _client(target, url, probe_prompts=ends))
-    got, card = _gen(target, prompt_table, tmp_path / "b",
-                     _client(target, url, probe_prompts=ends, usage_counts_eos=False))
+        generate_with(target, prompt_table, tmp_path / "a",
+                      openai_client(target, url, probe_prompts=ends))
+    got, card = generate_with(target, prompt_table, tmp_path / "b",
+                              openai_client(target, url, probe_prompts=ends,
+                                            usage_counts_eos=False))
     assert got["L"].tolist() == want["L"].tolist()
     assert card["generator"]["eos_probe"]["decided_by"].startswith("generation.usage_counts_eos")
     # a setting the probe contradicts is refused
     stops = _probe_texts(want, "stop")
     with pytest.raises(ServerError, match="usage_counts_eos=True but the probe found"):
-        _gen(target, prompt_table, tmp_path / "c",
-             _client(target, url, probe_prompts=stops, usage_counts_eos=True))
+        generate_with(target, prompt_table, tmp_path / "c",
+             openai_client(target, url, probe_prompts=stops, usage_counts_eos=True))
 
 
 def test_ids_are_preferred_and_the_probe_checks_usage_against_them(mixed, shaped, prompt_table,
                                                                    tmp_path):
     _, target, want = mixed
     _, url = shaped
-    client = _client(target, url, probe_prompts=_probe_texts(want, "stop"))
-    got, card = _gen(target, prompt_table, tmp_path / "ids", client)
+    client = openai_client(target, url, probe_prompts=_probe_texts(want, "stop"))
+    got, card = generate_with(target, prompt_table, tmp_path / "ids", client)
     assert [list(x) for x in got["output_token_ids"]] == \
         [list(x) for x in want["output_token_ids"]]
     probe = card["generator"]["eos_probe"]

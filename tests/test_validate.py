@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_lenbench
+from helpers.cli import REPO, run_lenbench
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 

@@ -208,7 +208,7 @@ def test_import_guard_names_the_extra(monkeypatch):
 
 
 def test_dispatch_hf_openai_and_unknown(monkeypatch):
-    from conftest import tiny_llama
+    from helpers.models import tiny_llama
 
     model = tiny_llama(n_layers=2, hidden=16, vocab=32)
     target = GenerationTarget("/m", None, "float32", None,

@@ -1,0 +1,35 @@
+"""Leaderboard helpers: the golden results folder, synthetic results, a section of the markdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lenbench.results import load_results, result_path, write_result
+
+GOLDEN = Path(__file__).parent.parent / "data" / "golden_results"
+
+
+def synthetic_result(res: Path, name: str, seed: int, report: dict | None = None,
+                     dynamic: dict | None = None, **timings: float) -> None:
+    """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras."""
+    base = next(r for r in load_results(GOLDEN)[0]
+                if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
+    r = json.loads(json.dumps(base))
+    del r["_source"]
+    r["predictor"]["name"], r["seed"] = name, seed
+    r["config_hash"] = f"{name[:4]}{seed:08d}".ljust(12, "0")
+    if report is not None:
+        r["report"] = report
+    if dynamic is None:
+        r["metrics"]["dynamic"], r["predictor"]["dynamic"] = None, False
+    else:
+        r["metrics"]["dynamic"].update(dynamic)
+    r["timings"].update(timings)
+    write_result(result_path(res, "toyworld", "toy", name, r["config_hash"]), r)
+
+
+def heading_block(md: str, heading: str) -> str:
+    """The text under a `#### heading` up to the next heading."""
+    rest = md.split(f"#### {heading}\n", 1)[1]
+    return rest.split("\n#", 1)[0]
