@@ -63,3 +63,19 @@ def e2e(session_cache: Path, toy_tiny_path: str, tmp_path_factory: pytest.TempPa
     run.proc = proc
     assert proc.returncode == 0, f"lenbench failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every end-to-end run is `slow`: tests that use the `e2e` run or start the `lenbench` CLI
+    themselves, so `pytest -m "not slow"` is the fast selection (CONTRIBUTING.md)."""
+    import inspect
+
+    for item in items:
+        fn = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if "e2e" in getattr(item, "fixturenames", ()) or "run_lenbench(" in source \
+                or "lenbench_cmd(" in source:
+            item.add_marker(pytest.mark.slow)
