@@ -146,17 +146,19 @@ def _check(dist: Any, n: int, what: str) -> None:
 
 
 def distribution_metrics(dist: LengthDistribution, true, groups, censored=None,
-                         n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
+                         n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+                         ) -> dict[str, Any] | None:
     """Static distribution scores over the uncensored rows (censored ones are counted in
-    ``n_censored_excluded``), each mean with a bootstrap interval over prompts."""
+    ``n_censored_excluded``), each mean with a bootstrap interval over prompts; None when every
+    row is censored."""
     true = np.asarray(true, dtype=np.float64).reshape(-1)
     _check(dist, true.size, "distribution_metrics: the distribution")
     gid = _group_ids(groups, true.size, "distribution_metrics")
     cens = np.zeros(true.size, bool) if censored is None else \
         np.asarray(censored, dtype=bool).reshape(-1)
     keep = ~cens
-    if not keep.any():
-        raise ValueError("distribution_metrics: every row is censored; nothing to score")
+    if not keep.any():  # every row censored: nothing to score (the point metrics still are)
+        return None
     scores = row_scores(dist.take(keep), true[keep])
     gid = np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
     return {"n": int(keep.sum()), "n_prompts": int(gid.max() + 1),
@@ -165,10 +167,11 @@ def distribution_metrics(dist: LengthDistribution, true, groups, censored=None,
 
 def dynamic_distribution_metrics(step_row, step_t, lengths, dist: LengthDistribution, groups,
                                  censored=None, n_boot: int = 1000, seed: int = 0,
-                                 ci: float = 0.95) -> dict[str, Any]:
+                                 ci: float = 0.95) -> dict[str, Any] | None:
     """Remaining-length distribution scores: at step t the truth is L - t; each score is averaged
     over a request's steps first, then over requests (as the dynamic MAE is), with a bootstrap
-    interval over prompts. Steps of censored rows are excluded and counted."""
+    interval over prompts. Steps of censored rows are excluded and counted; None when no step
+    is left."""
     step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
     step_t = np.asarray(step_t).reshape(-1).astype(np.int64)
     lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
@@ -177,8 +180,8 @@ def dynamic_distribution_metrics(step_row, step_t, lengths, dist: LengthDistribu
     cens = np.zeros(lengths.size, bool) if censored is None else \
         np.asarray(censored, dtype=bool).reshape(-1)
     keep = ~cens[step_row]
-    if not keep.any():
-        raise ValueError("dynamic_distribution_metrics: no uncensored step to score")
+    if not keep.any():  # no uncensored step: nothing to score
+        return None
     rows = step_row[keep]
     steps = row_scores(dist.take(keep), lengths[rows] - step_t[keep])
     per_request = {k: np.stack([_request_means(rows, col, lengths.size)

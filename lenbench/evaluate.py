@@ -143,6 +143,11 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         metrics.setdefault("distribution", {"static": None})["dynamic"] = \
             dynamic_distribution_metrics(steps.row, steps.t, true, remaining, groups, censored,
                                          n_boot=n_boot, seed=seed, ci=ci)
+    asked = {"static": predictor.distributional, "dynamic": predictor.dynamic_distributional}
+    for part, value in (metrics.get("distribution") or {}).items():
+        if value is None and asked[part]:
+            log.warning("%s: no uncensored %s row to score its predicted distribution on; "
+                        "metrics.distribution.%s is null", name, part, part)
     step_ms = None
     if predictor.dynamic:
         steps = test.steps

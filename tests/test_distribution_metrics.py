@@ -9,6 +9,7 @@ import pytest
 from lenbench.distribution_metrics import (
     crps,
     distribution_metrics,
+    dynamic_distribution_metrics,
     pinball,
     pit,
     pit_histogram,
@@ -106,5 +107,14 @@ def test_metrics_exclude_censored_rows_and_bootstrap_by_prompt() -> None:
     low, high = m["crps_ci"]
     # two prompts: a replicate is a, c or both: its mean lies between c's and a's
     assert min(row[2], row[:2].mean()) - 1e-9 <= low <= high <= max(row[2], row[:2].mean()) + 1e-9
-    with pytest.raises(ValueError, match="every row is censored"):
-        distribution_metrics(d.take([0]), [5], ["a"], censored=[True])
+    assert distribution_metrics(d.take([0]), [5], ["a"], censored=[True]) is None
+
+
+def test_nothing_to_score_when_every_row_is_censored() -> None:
+    # a small run with keep_censored can censor every test row: the point metrics still score
+    # them as lower bounds, the distribution ones have nothing and say so with None
+    dist = LengthDistribution.from_quantiles([0.1, 0.5, 0.9], [[1, 2, 3], [4, 5, 6]])
+    censored = np.array([True, True])
+    assert distribution_metrics(dist, [2, 5], [0, 1], censored) is None
+    assert dynamic_distribution_metrics([0, 1], [0, 0], [2, 5], dist, [0, 1], censored) is None
+    assert distribution_metrics(dist, [2, 5], [0, 1], np.array([True, False]))["n"] == 1
