@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers.quantile_view import AtLevel
 
 from baselines.bin_classifier import BinClassifier
 from baselines.egtp import EGTP
@@ -64,23 +65,6 @@ def lognormal_world(folder: Path, n: int = 2000, seed: int = 0) -> dict[str, Spl
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SplitView]:
     return lognormal_world(tmp_path_factory.mktemp("lognormal"))
-
-
-class AtLevel(Predictor):
-    """A fitted predictor seen through one quantile of its remaining-length distribution, so
-    the causality audit (which reads `predict_remaining`) checks the distribution."""
-
-    def __init__(self, inner: Predictor, level: float):
-        self.inner, self.level, self.needs = inner, level, inner.needs
-
-    def fit(self, train, val=None) -> None:
-        raise AssertionError("AtLevel wraps a fitted predictor")
-
-    def predict(self, split) -> np.ndarray:
-        return self.inner.predict_distribution(split).quantile([self.level])[:, 0]
-
-    def predict_remaining(self, split) -> np.ndarray:
-        return self.inner.predict_remaining_distribution(split).quantile([self.level])[:, 0]
 
 
 def check_dynamic(model: Predictor, test: SplitView) -> LengthDistribution:

@@ -12,11 +12,11 @@ import pytest
 import torch
 from helpers.cli import REPO
 from helpers.models import tiny_llama
+from helpers.quantile_view import AtLevel
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from baselines.outlets import Outlets, OutletsQuantile
-from lenbench import Predictor
 from lenbench.causality import audit_causality
 from lenbench.cli import instantiate_predictor
 from lenbench.distributions import QUANTILE_LEVELS
@@ -73,22 +73,6 @@ def fitted(world) -> OutletsQuantile:
     model = OutletsQuantile(**QUICK)
     model.fit(world["train"])
     return model
-
-
-class AtLevel(Predictor):
-    """The fitted predictor's remaining-length distribution at one level, for the audit."""
-
-    def __init__(self, inner: Predictor, level: float):
-        self.inner, self.level, self.needs = inner, level, inner.needs
-
-    def fit(self, train, val=None) -> None:
-        raise AssertionError("AtLevel wraps a fitted predictor")
-
-    def predict(self, split) -> np.ndarray:
-        return self.inner.predict_distribution(split).quantile([self.level])[:, 0]
-
-    def predict_remaining(self, split) -> np.ndarray:
-        return self.inner.predict_remaining_distribution(split).quantile([self.level])[:, 0]
 
 
 def test_the_preset_builds_the_quantile_head() -> None:
