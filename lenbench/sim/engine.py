@@ -3,7 +3,7 @@
 Requests arrive at a shared FCFS prefill queue, are prefilled in token-budget batches (which
 emits the first token), send their KV cache over one shared FIFO link, are dispatched to a
 decode instance when the cache arrives, wait in that instance's queue and are admitted at an
-iteration boundary, then gain one token per decode iteration until done (spec 2.1-2.7).
+iteration boundary, then gain one token per decode iteration until done.
 
 Speed: a decode instance is not stepped iteration by iteration. Between two events (a request
 finishing, or a boundary at which a newly arrived request can be admitted) its batch is fixed

@@ -1,4 +1,4 @@
-"""Scheduling metrics of a run and their aggregation over seeds (spec 2.8-2.9).
+"""Scheduling metrics of a run and their aggregation over seeds.
 
 `run_figures` flattens one run into named numbers such as `e2e_p99_short` so that rows of a
 leaderboard table, captured shares and seed aggregates all address figures the same way.

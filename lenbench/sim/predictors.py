@@ -1,4 +1,4 @@
-"""Reference predictors that bound what any real predictor can do for scheduling (spec 2.8).
+"""Reference predictors that bound what any real predictor can do for scheduling.
 
 Each takes the true lengths and returns predicted lengths as float64, so a real predictor's
 test-set output and these bounds are interchangeable inputs to the simulator.

@@ -114,7 +114,7 @@ def _lognormal_capped_mean(mu: float, sigma: float, cap: float) -> float:
 def lognormal_lengths(n: int, rng: np.random.Generator, mean: float = 1150.0,
                       sigma: float = 0.8, cap: int = 2048) -> NDArray[np.int64]:
     """Output lengths from a lognormal clipped at `cap`, with mu solved so that the clipped
-    mean is `mean` (the OUTLETS-like preset: mean about 1150, cap 2048, spec 2.9)."""
+    mean is `mean` (the OUTLETS-like preset: mean about 1150, cap 2048)."""
     if not 1 <= mean < cap:
         raise ValueError("need 1 <= mean < cap")
     lo, hi = -10.0, math.log(cap) + 10.0
