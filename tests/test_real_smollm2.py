@@ -48,10 +48,10 @@ def test_real_smollm2_runs_every_predictor(tmp_path):
     assert some["dataset"]["name"] == "sharegpt_wheel"
     assert some["model"]["source"]["gguf_sha256"].startswith("b179c9523d0e")
     gen = some["generation"]
-    assert gen["sampling"] == {"temperature": 0.2, "top_p": 0.9, "max_new_tokens": 24}
+    assert gen["sampling"] == {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 24}
     assert gen["n_samples"] == 2 and gen["censored_rows"] == "kept (flagged)"
     # every kept row respects the cap, and the probe's clip keeps predictions inside it
     assert max(some["predictions"]["true"]) <= 24 and max(some["predictions"]["pred"]) <= 24
     text = (board / "README.md").read_text()
     assert "## sharegpt_wheel / smollm2-135m-instruct" in text
-    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text and "temperature 0.2" in text
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text and "temperature 0.7" in text
