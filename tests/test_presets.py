@@ -199,3 +199,10 @@ def test_local_joblib_multirun_runs_two_jobs(session_cache, toy_tiny_path, tmp_p
     written = sorted(p.parent.name for p in (tmp_path / "results").rglob("*.json"))
     assert written == ["constant", "prompt_length"]
     assert (tmp_path / "lb" / "README.md").exists()  # rebuilt once at the end of the sweep
+
+
+def test_experiment_top_level_keys_override_the_root_config():
+    """An experiment's top-level values win over config.yaml's (its `_self_` comes first)."""
+    assert _compose().threads == 1
+    assert _compose("experiment=real_smollm2").threads == 2
+    assert _compose("experiment=real_smollm2", "threads=1").threads == 1
