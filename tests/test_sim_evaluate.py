@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
+from lenbench.configs import load_preset
 from lenbench.sim import (
     SCORE_METRICS,
     SimConfig,
@@ -37,7 +37,7 @@ def toy_rows(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def toy_cfg(**kw: object) -> SimConfig:
-    cfg = SimConfig.from_dict(yaml.safe_load((CONF / "default.yaml").read_text()))
+    cfg = SimConfig.from_dict(load_preset("sim", "default"))
     return cfg.replace(**{"n_requests": 800, "seeds": (0, 1), **kw})
 
 
@@ -179,11 +179,11 @@ def test_capacity_matches_simulated_saturation() -> None:
 
 def test_presets_load() -> None:
     for path in sorted(CONF.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
+        data = load_preset("sim", path.stem)
         assert data.pop("enabled") is True
         cfg = SimConfig.from_dict(data)
-        assert cfg.to_dict().keys() == data.keys(), path.name
-    paper = SimConfig.from_dict(yaml.safe_load((CONF / "outlets_paper.yaml").read_text()))
+        assert cfg.to_dict() == data, path.name
+    paper = SimConfig.from_dict(load_preset("sim", "outlets_paper"))
     assert (paper.n_prefill, paper.n_decode, paper.n_requests, paper.qps,
             paper.max_num_seqs) == (1, 3, 1914, 100, 256)
     assert paper == SimConfig()  # the dataclass defaults are the paper preset
@@ -191,7 +191,7 @@ def test_presets_load() -> None:
         SimConfig.from_dict({"qsp": 10})
     with pytest.raises(KeyError):  # the baseline is always the policy's dispatcher with FCFS
         SimConfig.from_dict({"baseline_dispatch": "rr"})
-    toy = SimConfig.from_dict(yaml.safe_load((CONF / "default.yaml").read_text()))
+    toy = SimConfig.from_dict(load_preset("sim", "default"))
     assert toy.baseline_policy == "lb+fcfs" and paper.baseline_policy == "lb+fcfs"
     assert toy.starvation == "aging" and toy.load_factor is not None and toy.load_factor < 0.9
     assert not toy.dispatch_uses_predictions and not paper.dispatch_uses_predictions

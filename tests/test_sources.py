@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from lenbench.configs import load_preset
 from lenbench.data.promptset import (
     SOURCES,
     RawPrompt,
@@ -363,19 +364,17 @@ def test_dataset_yaml_keys_reach_the_source(name: str) -> None:
     import inspect
 
     load_source("toyworld", n_prompts=1, seed=0)  # registers the built-in sources
-    cfg = OmegaConf.load(CONF / f"{name}.yaml")
-    params = set(inspect.signature(SOURCES[cfg.source]).parameters)
+    cfg = load_preset("dataset", name)
+    params = set(inspect.signature(SOURCES[cfg["source"]]).parameters)
     from lenbench.pipeline import LABEL_IMPORT_KEYS
 
     assert set(cfg.keys()) - BUILD_KEYS - set(LABEL_IMPORT_KEYS) <= params
-    assert cfg.name == name and abs(sum(cfg.split.values()) - 1.0) < 1e-9
+    assert cfg["name"] == name and abs(sum(cfg["split"].values()) - 1.0) < 1e-9
 
 
 def test_source_from_config(tmp_path: Path) -> None:
     f = write_lines(tmp_path / "prompts.jsonl", JSONL_LINES)
-    cfg = OmegaConf.load(CONF / "jsonl.yaml")
-    cfg.path = str(f)
-    ds = OmegaConf.to_container(cfg, resolve=True)
+    ds = {**load_preset("dataset", "jsonl"), "path": str(f)}
     df, card = build_promptset(source_from_config(ds), ds["split"], salt=ds["split_salt"],
                                min_words=ds["min_words"], max_words=ds["max_words"],
                                limit=ds["limit"])

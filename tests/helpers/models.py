@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from omegaconf import OmegaConf
 
-from helpers.cli import REPO
+from lenbench.configs import load_preset
 
 
 def tiny_llama(n_layers: int = 8, hidden: int = 32, vocab: int = 64, seed: int = 0,
@@ -42,5 +41,4 @@ def toy_prompt_table(n: int, seed: int = 123):
 
 def toy_tiny_model_cfg() -> dict:
     """conf/model/toy_tiny.yaml as the pipeline sees it (same dict -> same toymodel stage key)."""
-    return OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "model" / "toy_tiny.yaml"),
-                                  resolve=True)
+    return load_preset("model", "toy_tiny")

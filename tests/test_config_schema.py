@@ -1,0 +1,106 @@
+"""Typed configs: every preset composes into its schema, mistakes fail at compose time naming the
+field, and no preset repeats a default its schema already holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from lenbench.cli import CONF_DIR, instantiate_predictor
+from lenbench.configs import SCHEMAS
+
+CONF = Path(CONF_DIR)
+TYPED_GROUPS = sorted(SCHEMAS)
+# options that need a value only the user has (a path marked ??? in the schema)
+REQUIRED = {"model=local": ["model.path=/models/m"], "dataset=jsonl": ["dataset.path=/d.jsonl"]}
+
+
+def _compose(*overrides: str, conf_dir: Path = CONF):
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def _options(group: str) -> list[str]:
+    return sorted(f"{group}={p.stem}" for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("option", [o for g in [*TYPED_GROUPS, "experiment"] for o in _options(g)])
+def test_every_preset_composes_into_its_schema(option):
+    cfg = _compose(option, *REQUIRED.get(option, []))
+    for group in TYPED_GROUPS:
+        built = OmegaConf.to_object(cfg[group])  # the dataclass itself, every field typed
+        assert type(built) in SCHEMAS[group].values(), (option, group, type(built))
+    assert isinstance(OmegaConf.to_object(cfg).threads, int)
+
+
+@pytest.mark.parametrize("option", _options("predictor"))
+def test_every_predictor_preset_instantiates(option):
+    pred = OmegaConf.to_container(_compose(option).predictor, resolve=True)
+    if "suite" in pred:  # a list of member presets, each checked on its own here
+        assert all((CONF / "predictor" / f"{m}.yaml").exists() for m in pred["suite"])
+        return
+    assert instantiate_predictor(pred) is not None
+
+
+@pytest.mark.parametrize("override,field", [
+    ("dataset.limt=3", "limt"), ("generation.temprature=0.5", "temprature"),
+    ("model.dtpye=float32", "dtpye"), ("features.batch_token=8", "batch_token"),
+    ("eval.nboot=10", "nboot"), ("sim.n_decodes=2", "n_decodes"), ("paths.cache=/x", "cache"),
+    ("generation.max_new_tokens=many", "max_new_tokens"), ("eval.noise_floor=maybe", "noise_floor"),
+    ("dataset.limit=ten", "limit"), ("sim.qps=fast", "qps"), ("threads=two", "threads"),
+])
+def test_a_typo_or_a_wrong_type_fails_at_compose_time_naming_the_field(override, field):
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose(override)
+    text = f"{err.value} {err.value.__cause__}"
+    assert field in text
+
+
+def test_a_key_of_another_source_is_rejected():
+    """`turns` is a ShareGPT/LMSYS key: on the toy world it would silently do nothing."""
+    assert _compose("dataset=sharegpt", "dataset.turns=all").dataset.turns == "all"
+    with pytest.raises(ConfigCompositionException, match="turns"):
+        _compose("dataset=toyworld", "dataset.turns=all")
+
+
+def test_a_mistake_in_a_users_own_preset_fails_naming_the_field(tmp_path):
+    """Presets from a user's folder (hydra.searchpath) are checked like the shipped ones."""
+    (tmp_path / "experiment").mkdir()
+    good = "# @package _global_\ngeneration:\n  max_new_tokens: 64\n"
+    (tmp_path / "experiment" / "mine.yaml").write_text(good)
+    search = f"hydra.searchpath=[file://{tmp_path}]"
+    assert _compose(search, "experiment=mine").generation.max_new_tokens == 64
+    for bad, field in [("max_new_token: 64", "max_new_token"), ("max_new_tokens: lots",
+                                                                 "max_new_tokens")]:
+        (tmp_path / "experiment" / "mine.yaml").write_text(
+            f"# @package _global_\ngeneration:\n  {bad}\n")
+        with pytest.raises(ConfigCompositionException) as err:
+            _compose(search, "experiment=mine")
+        assert field in f"{err.value} {err.value.__cause__}"
+
+
+def _schema_of(path: Path) -> type | None:
+    first = (yaml.safe_load(path.read_text()) or {}).get("defaults", [None])[0]
+    if not isinstance(first, str) or not first.startswith("/schema/"):
+        return None
+    group, name = first.removeprefix("/schema/").removesuffix("@_here_").split("/")
+    return SCHEMAS[group][name]
+
+
+@pytest.mark.parametrize("path", sorted(p for g in TYPED_GROUPS for p in (CONF / g).glob("*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_presets_set_only_what_differs_from_their_schema(path):
+    """Every default is written once: in the schema, never again in a preset."""
+    schema = _schema_of(path)
+    data = yaml.safe_load(path.read_text()) or {}
+    if schema is None:  # a preset extending another preset (e.g. qwen3-30b-a3b-nothink)
+        assert data.get("defaults"), path
+        return
+    defaults = OmegaConf.to_container(OmegaConf.structured(schema))
+    repeated = sorted(k for k, v in data.items() if k != "defaults" and defaults.get(k) == v)
+    assert not repeated, f"{path.name} repeats its schema's defaults for {repeated}"
