@@ -313,6 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reference", default=DEFAULT_REFERENCE,
                         help="predictor the others are compared with, paired over the same "
                              "test rows (default: %(default)s; the constant where absent)")
+    parser.add_argument("--table", metavar="PATH",
+                        help="also write every figure as one tidy CSV table (dataset, model, "
+                             "predictor, variant, seed, kind, status, metric, value)")
     args = parser.parse_args(argv)
 
     results_dir = Path(args.results)
@@ -326,4 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: invalid result file {p}", file=sys.stderr)
     print(f"wrote {readme} and its plots from {results_dir}: {counts['ok']} ok, "
           f"{counts['failed']} failed, {counts['invalid']} invalid result file(s)")
+    if args.table:
+        from lenbench.leaderboard.table import load_table
+
+        table, _ = load_table(results_dir)
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.table, index=False)
+        print(f"wrote {args.table}: {len(table)} rows")
     return 0

@@ -1,0 +1,87 @@
+"""Results as data: every figure of a results folder in one tidy table.
+
+One row per (dataset, model, predictor, variant, seed, metric) with its value, so a notebook or
+a script compares runs with pandas instead of parsing markdown, and every cell of the leaderboard
+can be traced to a row here. `variant` is empty for the predictor's own figures and names the
+extra readings a predictor reports (e.g. a classifier's argmax and expectation). Metric names are
+dotted paths into the result file (`static.mae`, `dynamic.mae_ci_low`, `timings.fit_s`,
+`scheduling.score`), so each value can be found in the JSON it came from.
+
+    lenbench-leaderboard --table results.csv      # the same table, written as CSV
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from lenbench.results import load_results
+
+COLUMNS = ["dataset", "model", "predictor", "variant", "seed", "kind", "status", "metric", "value"]
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _scalars(prefix: str, block: Mapping[str, Any] | None) -> Iterable[tuple[str, float]]:
+    """A block's numbers; a two-element `<name>_ci` interval becomes `_ci_low`, `_ci_high`."""
+    for key, value in sorted((block or {}).items()):
+        if (number := _number(value)) is not None:
+            yield f"{prefix}.{key}", number
+        elif key.endswith("_ci") and isinstance(value, list | tuple) and len(value) == 2:
+            for side, bound in zip(("low", "high"), value):
+                if (number := _number(bound)) is not None:
+                    yield f"{prefix}.{key}_{side}", number
+
+
+def _scheduling_score(result: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
+    """The predictor's scheduling score on the run's score metric, with its 95% interval (the
+    share of the oracle's gain over FCFS, one run's simulator seeds)."""
+    sched = result.get("scheduling") or {}
+    own = (sched.get("rows") or {}).get((result.get("predictor") or {}).get("name")) or {}
+    score = (own.get("score") or {}).get(sched.get("score_metric")) if isinstance(own, Mapping) \
+        else None
+    if isinstance(score, Mapping):
+        for key, name in (("value", "score"), ("ci95_low", "score_ci_low"),
+                          ("ci95_high", "score_ci_high")):
+            if (number := _number(score.get(key))) is not None:
+                yield f"scheduling.{name}", number
+
+
+def result_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows of one result (a failed run gives none: it has no figures)."""
+    ident = {"dataset": (result.get("dataset") or {}).get("name"),
+             "model": (result.get("model") or {}).get("name"),
+             "predictor": (result.get("predictor") or {}).get("name"),
+             "seed": result.get("seed"), "kind": result.get("kind"),
+             "status": result.get("status")}
+    metrics = result.get("metrics") or {}
+    figures: list[tuple[str, str, float]] = []
+    for part in ("static", "dynamic"):
+        figures += [("", m, v) for m, v in _scalars(part, metrics.get(part))]
+    for variant, block in sorted((metrics.get("variants") or {}).items()):
+        figures += [(variant, m, v) for m, v in _scalars("static", block)]
+    figures += [("", m, v) for m, v in _scalars("timings", result.get("timings"))]
+    figures += [("", m, v) for m, v in _scheduling_score(result)]
+    return [{**ident, "variant": variant, "metric": metric, "value": value}
+            for variant, metric, value in figures]
+
+
+def results_table(results: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Loaded results (e.g. `lenbench.results.load_results(folder)[0]`) as one tidy table."""
+    rows = [row for result in results for row in result_rows(result)]
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return table.sort_values(COLUMNS[:-1], kind="stable", ignore_index=True)
+
+
+def load_table(results_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The tidy table of a results folder, and one problem line per file that could not be read."""
+    results, problems = load_results(results_dir)
+    return results_table(results), problems
