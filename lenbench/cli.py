@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lenbench.data.sources.reading import SourceError
+from lenbench.predictor_args import predictor_arg_problems, suite_problems
 from lenbench.validate import ConfigError, check_config
 
 # the configs ship inside the package (the repository's top-level conf/ links here)
@@ -95,6 +96,16 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError([f"{where}: {exc.msg if hasattr(exc, 'msg') else exc}"]) from None
 
 
+def check_predictor_args(cfg: DictConfig, container: dict[str, Any]) -> None:
+    """Every predictor's arguments against its class's signature, before any stage runs."""
+    members = _predictor_configs(cfg)
+    problems = suite_problems(container["predictor"]) + [
+        f"{name}: {line}" if len(members) > 1 else line
+        for name, pcfg in members for line in predictor_arg_problems(pcfg)]
+    if problems:
+        raise ConfigError(problems)
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
@@ -103,6 +114,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 
     container = resolved_config(cfg)
     check_config(container)
+    check_predictor_args(cfg, container)
     cap = label_import_cap(container)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
         cfg = copy.deepcopy(cfg)

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.cli import run_lenbench
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from lenbench.cli import CONF_DIR, instantiate_predictor
 from lenbench.configs import SCHEMAS
+from lenbench.predictor_args import predictor_arg_problems, suite_problems
 
 CONF = Path(CONF_DIR)
 TYPED_GROUPS = sorted(SCHEMAS)
@@ -104,3 +106,35 @@ def test_presets_set_only_what_differs_from_their_schema(path):
     defaults = OmegaConf.to_container(OmegaConf.structured(schema))
     repeated = sorted(k for k, v in data.items() if k != "defaults" and defaults.get(k) == v)
     assert not repeated, f"{path.name} repeats its schema's defaults for {repeated}"
+
+
+@pytest.mark.parametrize("option", _options("predictor") + sorted(
+    f"predictor={p.parent.name}/{p.stem}" for p in (CONF / "predictor").glob("*/*.yaml")))
+def test_shipped_predictor_presets_fit_their_class_signature(option):
+    pred = OmegaConf.to_container(_compose(option).predictor, resolve=True)
+    assert predictor_arg_problems(pred) == [] and suite_problems(pred) == []
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["predictor=mlp_probe", "predictor.epochs=abc"], "predictor.epochs: 'abc' is not an integer"),
+    (["predictor=mlp_probe", "predictor.lr=fast"], "predictor.lr: 'fast' is not a number"),
+    (["predictor=mlp_probe", "+predictor.hiden=3"], "predictor.hiden: not an argument of MLPProbe"),
+    (["predictor=conformal", "predictor.base.epochs=[1]"], "predictor.base.epochs: [1] is not"),
+])
+def test_a_predictor_argument_mistake_is_named(overrides, expected):
+    pred = OmegaConf.to_container(_compose(*overrides).predictor, resolve=True)
+    problems = predictor_arg_problems(pred)
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
+def test_a_suite_rejects_arguments_meant_for_its_members():
+    pred = OmegaConf.to_container(_compose("+predictor.epochs=3").predictor, resolve=True)
+    assert suite_problems(pred) and "predictor.epochs" in suite_problems(pred)[0]
+
+
+def test_the_cli_stops_on_a_predictor_mistake_before_any_stage(tmp_path):
+    proc = run_lenbench("predictor=mlp_probe", "predictor.epochs=abc",
+                        f"paths.cache_dir={tmp_path / 'cache'}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "predictor.epochs: 'abc' is not an integer" in proc.stderr
+    assert not (tmp_path / "cache" / "toymodel").exists()
