@@ -22,8 +22,8 @@ from lenbench.data.promptset import (
     DROPPED_FILE,
     build_promptset,
     load_promptset,
+    promptset_key,
     save_promptset,
-    source_fingerprint,
     source_from_config,
 )
 from lenbench.data.sources.reading import SourceError
@@ -168,16 +168,12 @@ def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
 # dataset keys read by label import, not by the source; with the name, they do not change which
 # prompts are read, so they are left out of the PromptSet's key
 LABEL_IMPORT_KEYS = ("model_name", "tokenizer", "max_length")
-NOT_PROMPTSET_KEYS = ("name", *LABEL_IMPORT_KEYS)
 
 
 def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
     """Build (or reuse) the PromptSet; a source that yields no usable prompt is a `SourceError`
     naming the drop reasons, raised before any model is built."""
-    ds_key = {k: v for k, v in ds.items() if k not in NOT_PROMPTSET_KEYS}
-    if (fingerprint := source_fingerprint(ds)) is not None:
-        ds_key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
-    ds_stage = Stage(cache, "promptset", ds_key)
+    ds_stage = Stage(cache, "promptset", promptset_key(ds))
     with ds_stage.lock():
         if not ds_stage.done:
             with ds_stage.building() as tmp:

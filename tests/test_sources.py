@@ -494,3 +494,21 @@ def test_every_dropped_row_is_listed_beside_the_card(tmp_path: Path) -> None:
     assert listed[0]["excerpt"] == '{"prompt": 7, "length": 1}'
     _, loaded = load_promptset(out)
     assert loaded["dropped_rows_file"] == DROPPED_FILE and "dropped_rows" not in loaded
+
+
+def test_promptset_key_is_what_changes_the_prompts() -> None:
+    """The key reads the source's own arguments, the filter and the split: a key the source does
+    not read, a reading-only setting or a field added to the schema later leaves it alone."""
+    from lenbench.data.promptset import promptset_key
+    from lenbench.stages import stable_hash
+
+    base = load_preset("dataset", "sharegpt")
+    key = stable_hash(promptset_key(base))
+    for same in ({"seed": 7}, {"strict": True}, {"streaming": True}, {"name": "mine"},
+                 {"a_field_added_later": 1}):
+        assert stable_hash(promptset_key({**base, **same})) == key, same
+    for other in ({"turns": "all"}, {"limit": 10}, {"max_words": 60}, {"split_salt": "x"},
+                  {"hub_id": "someone/else"}, {"source_args": {"x": 1}}):
+        assert stable_hash(promptset_key({**base, **other})) != key, other
+    toy = load_preset("dataset", "toyworld")
+    assert stable_hash(promptset_key({**toy, "seed": 1})) != stable_hash(promptset_key(toy))

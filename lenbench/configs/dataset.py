@@ -23,6 +23,8 @@ class DatasetConfig:
     split_salt: str = "lenbench"  # split = hash(salt, normalised prompt)
     min_words: int = 1
     max_words: int | None = None  # the token limit is generation.max_prompt_tokens
+    # arguments of a source registered in code (SOURCES["name"] = fn), passed to it as is
+    source_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +101,6 @@ class JsonlDataset(FileDataset):
     max_length: int | None = None  # label import: the trace's length cap; null: the largest
 
 
-SCHEMAS = {"toyworld": ToyworldDataset, "file": FileDataset, "sharegpt": ShareGPTDataset,
+SCHEMAS = {"base": DatasetConfig, "toyworld": ToyworldDataset, "file": FileDataset, "sharegpt": ShareGPTDataset,
            "sharegpt_wheel": ShareGPTWheelDataset, "alpaca": AlpacaDataset,
            "lmsys": LmsysDataset, "jsonl": JsonlDataset}

@@ -218,3 +218,31 @@ def save_promptset(folder: Path, df: pd.DataFrame, card: dict) -> None:
 def load_promptset(folder: Path) -> tuple[pd.DataFrame, dict]:
     card = json.loads((folder / "card.json").read_text())
     return pd.read_parquet(folder / "prompts.parquet"), card
+
+
+# Source arguments that change how a source is read, not which prompts it yields.
+READING_ONLY_ARGS = frozenset({"streaming", "hf_cache_dir", "strict"})
+# Bump when building a PromptSet from the same inputs gives other rows.
+PROMPTSET_VERSION = 1
+
+
+def promptset_key(ds: Mapping) -> dict:
+    """The PromptSet cache key: an explicit view of what changes the prompts and their split.
+
+    The source's name and the arguments its signature reads (less those that only change how it
+    is read), `source_args`, the word filter, the limit, the split and the files behind a path
+    or package, plus a version. A key the source does not read (the file sources' `seed`) or a
+    field added to a schema later never shifts it.
+    """
+    name = ds["source"]
+    params = inspect.signature(SOURCES[name]).parameters if name in SOURCES else {}
+    key = {"version": PROMPTSET_VERSION, "source": name,
+           "args": {k: ds[k] for k in sorted(params) if k in ds and k not in READING_ONLY_ARGS},
+           "split": dict(ds["split"]), "split_salt": str(ds.get("split_salt", "lenbench")),
+           "min_words": ds.get("min_words", 1), "max_words": ds.get("max_words"),
+           "limit": ds.get("limit") or ds.get("n_prompts")}
+    if ds.get("source_args"):
+        key["source_args"] = dict(ds["source_args"])
+    if (fingerprint := source_fingerprint(ds)) is not None:
+        key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
+    return key
