@@ -123,9 +123,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         container = resolved_config(cfg)
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
-    configure_threads(cfg.get("threads"))
-    progress = bool(cfg.get("progress", True))
-    if cfg.generation.get("worker") is not None:  # a shard worker only generates (pipeline.py)
+    configure_threads(cfg.threads)
+    progress = bool(cfg.progress)
+    if cfg.generation.worker is not None:  # a shard worker only generates (pipeline.py)
         prepare_world(container, need_features=False, progress=progress, generate_only=True)
         return []
     members = _predictor_configs(cfg)
@@ -134,7 +134,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         try:
             built.append((name, pcfg, instantiate_predictor(pcfg)))
         except Exception as exc:
-            if cfg.eval.get("raise_on_error", False):
+            if cfg.eval.raise_on_error:
                 raise
             log.exception("predictor %s could not be built", name)
             built.append((name, pcfg, exc))
@@ -155,13 +155,13 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             result = failed_result(world, name, pcfg, run_cfg, seed, exc)
             save(result, results_dir)
             written.append(result)
-            if cfg.eval.get("raise_on_error", False):
+            if cfg.eval.raise_on_error:
                 raise
             continue
         path = save(result, results_dir)
         log.info("wrote %s", path)
         written.append(result)
-    if cfg.eval.get("noise_floor", True):
+    if cfg.eval.noise_floor:
         ref = noise_floor_result(world, {**container, "predictor": {"name": "noise_floor"}}, seed)
         if ref is not None:
             save(ref, results_dir)
@@ -210,7 +210,7 @@ def _app(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except USER_ERRORS as exc:
-        if cfg.get("debug", False):
+        if cfg.debug:
             raise
         problems = getattr(exc, "problems", None) or [str(exc)]
         for line in problems:
@@ -218,7 +218,7 @@ def _app(cfg: DictConfig) -> None:
         print("lenbench: stopped before any model work (debug=true shows the traceback)",
               file=sys.stderr)
         sys.exit(2)
-    if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.get("worker") is None:
+    if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.worker is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
 
 

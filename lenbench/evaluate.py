@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from lenbench.causality import audit_causality
+from lenbench.configs import group_settings
 from lenbench.distribution_metrics import (
     distribution_metrics,
     dynamic_distribution_metrics,
@@ -95,8 +96,8 @@ def views(world: World, target=None) -> tuple[SplitView, SplitView, SplitView]:
 def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, world: World,
                        cfg: dict, seed: int) -> dict[str, Any]:
     """Fit and score one predictor; returns the result dict (status 'ok' or raises)."""
-    ev = cfg.get("eval", {})
-    n_boot, ci = int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95))
+    ev = group_settings(cfg, "eval")
+    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
     result = _base_result(world, name, "predictor", cfg, seed, predictor_cfg)
     target = world.target() if predictor.needs.target_model else None
     train, val, test = views(world, target)
@@ -161,7 +162,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                                              None if cap is None else cap - steps.t)
         metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
                                              n_boot=n_boot, seed=seed, ci=ci,
-                                             n_bins=int(ev.get("progress_bins", 10)),
+                                             n_bins=int(ev["progress_bins"]),
                                              observed_steps=_observed_steps(ev),
                                              censored=censored)
         metrics["dynamic"].update(rem_clipped)
@@ -190,8 +191,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                                                   for e in dynamic_errors]
     if distribution is not None:
         result["predictions"].update(distribution_predictions(distribution, true, censored))
-    sim = cfg.get("sim") or {}
-    if sim.get("enabled", False):
+    sim = group_settings(cfg, "sim")
+    if sim["enabled"]:
         result["scheduling"] = schedule(
             true, pred, test.prompt_lengths, name, sim,
             remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
@@ -296,7 +297,7 @@ def noise_floor_result(world: World, cfg: dict,
     `seed` is ignored: the reference does not depend on the predictors' seed, so a sweep writes it
     once.
     """
-    ev = cfg.get("eval", {})
+    ev = group_settings(cfg, "eval")
     _, _, test = views(world)
     # a censored length is only a lower bound: the floor is estimated on the exact ones
     exact = ~world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
@@ -304,7 +305,7 @@ def noise_floor_result(world: World, cfg: dict,
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None  # one sample per prompt: nothing to estimate from
-    n_boot, ci = int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95))
+    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
     result = _base_result(world, "noise_floor", "reference", cfg, NOISE_FLOOR_SEED,
                           {"name": "noise_floor", "rule": "median of the prompt's samples: "
                            "in-sample (optimistic) to leave-one-out (pessimistic)"})

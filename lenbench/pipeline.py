@@ -85,7 +85,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     (`generation.worker=i`) only writes its shards, the sweep that follows reads the labels.
     """
     cache = Path(cfg["paths"]["cache_dir"])
-    device = resolve_device(cfg.get("device", "auto"))
+    device = resolve_device(cfg["device"])
     # model.dtype=auto is settled here, so keys and cards name the dtype that ran
     cfg = {**cfg, "model": {**cfg["model"],
                             "dtype": resolve_dtype(cfg["model"].get("dtype"), device)}}
@@ -107,7 +107,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
 
         @functools.cache
         def target() -> TargetModel:
-            tm = load_target(target_path, model_cfg.get("dtype", "float32"), device,
+            tm = load_target(target_path, model_cfg["dtype"], device,
                              model_cfg.get("revision"))
             # predictors that prompt the model themselves (PIA) render as the generate stage did
             tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
@@ -131,7 +131,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     if need_features:
         fc = features_config(dict(cfg["features"]), needs or [])
         fcfg = FeatureConfig(tuple(fc["roles"]), tuple(fc["poolings"]), tuple(fc["step_roles"]),
-                             int(fc["step_stride"]), int(fc.get("batch_tokens", 8192)),
+                             int(fc["step_stride"]), int(fc["batch_tokens"]),
                              tuple(fc["step_poolings"]))
         feat_stage = Stage(cache, "features", {k: fc[k] for k in sorted(fc)}, parent=gen_stage.key)
         with feat_stage.lock():
@@ -179,7 +179,7 @@ def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
             with ds_stage.building() as tmp:
                 df, card = build_promptset(
                     source_from_config(ds), dict(ds["split"]),
-                    salt=str(ds.get("split_salt", "lenbench")), min_words=ds.get("min_words", 1),
+                    salt=str(ds["split_salt"]), min_words=ds["min_words"],
                     max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
                 save_promptset(tmp, df, card)
     prompts, card = load_promptset(ds_stage.path)
@@ -308,7 +308,7 @@ def generation_stage_config(cfg: dict, model_key: str) -> dict:
     key.update({k: gen[k] for k in OPTIONAL_GENERATION_KEYS if gen.get(k) is not None})
     if model_cfg.get("chat_template_kwargs"):
         key["chat_template_kwargs"] = dict(model_cfg["chat_template_kwargs"])
-    if model_cfg.get("source", "hf") != "toy":  # a hub/local model's key is only its path+revision
+    if model_cfg["source"] != "toy":  # a hub/local model's key is only its path+revision
         key["dtype"] = model_cfg.get("dtype")
     return key
 
@@ -340,12 +340,12 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
         tokenizer = AutoTokenizer.from_pretrained(target_path, revision=revision)
         eos = pretrained_eos_ids(target_path, tokenizer, revision)
         handle = GenerationTarget(path=target_path, revision=revision,
-                                  dtype=model_cfg.get("dtype", "float32"), tokenizer=tokenizer,
+                                  dtype=model_cfg["dtype"], tokenizer=tokenizer,
                                   load=target)
         sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
         labels, card = generate_labels(
             prompts, None, tokenizer, out_dir, sampling,
-            n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen.get("batch_size", 32),
+            n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
             shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
             keep_censored=gen["keep_censored"], progress=progress, eos_ids=eos,
             generator_factory=lambda: make_generator(gen, handle, eos),

@@ -138,3 +138,19 @@ def test_the_cli_stops_on_a_predictor_mistake_before_any_stage(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "predictor.epochs: 'abc' is not an integer" in proc.stderr
     assert not (tmp_path / "cache" / "toymodel").exists()
+
+
+def test_code_reads_a_groups_defaults_from_its_schema():
+    """A partial group (a notebook's or a test's dict) is completed from the schema, so code
+    never restates a default; the composed run config gives the same values."""
+    from omegaconf.errors import ValidationError
+
+    from lenbench.configs import group_settings
+
+    partial = group_settings({"eval": {"n_boot": 20}}, "eval")
+    composed = OmegaConf.to_container(_compose().eval)
+    assert partial == {**composed, "n_boot": 20}
+    assert group_settings({}, "sim") == OmegaConf.to_container(
+        OmegaConf.structured(SCHEMAS["sim"]["default"]))
+    with pytest.raises(ValidationError, match="n_boot"):
+        group_settings({"eval": {"n_boot": "many"}}, "eval")

@@ -8,6 +8,7 @@ fails at compose time, naming the field. `register()` runs on `import lenbench`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,13 @@ def load_preset(group: str, name: str, conf_dir: Path = CONF_DIR) -> dict[str, A
         else:  # another option of the same group
             merged = OmegaConf.merge(merged, load_preset(group, entry, conf_dir))
     return OmegaConf.to_container(OmegaConf.merge(merged, own), resolve=True)
+
+
+def group_settings(cfg: Mapping[str, Any], group: str, schema: str = "default") -> dict[str, Any]:
+    """`cfg[group]` over its schema's defaults, as plain values, type-checked.
+
+    Code reads every key of a group without restating its default: a composed run config has
+    them all already, and a partial dict (built in a notebook or a test) gets the schema's.
+    """
+    node = OmegaConf.merge(OmegaConf.structured(SCHEMAS[group][schema]), dict(cfg.get(group) or {}))
+    return OmegaConf.to_container(node, resolve=True)

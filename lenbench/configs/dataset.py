@@ -101,6 +101,6 @@ class JsonlDataset(FileDataset):
     max_length: int | None = None  # label import: the trace's length cap; null: the largest
 
 
-SCHEMAS = {"base": DatasetConfig, "toyworld": ToyworldDataset, "file": FileDataset, "sharegpt": ShareGPTDataset,
-           "sharegpt_wheel": ShareGPTWheelDataset, "alpaca": AlpacaDataset,
-           "lmsys": LmsysDataset, "jsonl": JsonlDataset}
+SCHEMAS = {"base": DatasetConfig, "toyworld": ToyworldDataset, "file": FileDataset,
+           "sharegpt": ShareGPTDataset, "sharegpt_wheel": ShareGPTWheelDataset,
+           "alpaca": AlpacaDataset, "lmsys": LmsysDataset, "jsonl": JsonlDataset}
