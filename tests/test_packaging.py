@@ -31,3 +31,4 @@ def test_the_wheel_ships_every_config(tmp_path: Path) -> None:
                 for p in (REPO / "lenbench" / "conf").rglob("*.yaml")}
     assert expected and expected <= shipped
     assert "lenbench/cli.py" in names and "baselines/outlets.py" in names
+    assert "lenbench/configs/__init__.py" in names  # the schemas every preset starts from
