@@ -15,14 +15,13 @@ from lenbench.sim import (
     lognormal_lengths,
 )
 
-AZURE = Path("/work/shared/data/azure-llm-inference-2023")
+AZURE = Path(__file__).parent / "data" / "azure_llm_inference_2023"  # README.md there
 CODE = AZURE / "AzureLLMInferenceTrace_code.csv"
 
 
-@pytest.mark.skipif(not CODE.exists(), reason="Azure trace not available")
 def test_azure_trace_rows_and_columns() -> None:
     wl = load_azure_trace(CODE)
-    assert len(wl) == 8819  # SOURCE.md says 8,818: the last row has no newline (wc -l)
+    assert len(wl) == 8819  # `wc -l` says 8,819 lines: a header, and the last row lacks a newline
     # First rows: 18:17:03.9799600 4808/10, 18:17:04.0319600 3180/8, 18:17:04.0781490 110/27.
     np.testing.assert_array_equal(wl.prompt_len[:3], [4808, 3180, 110])
     np.testing.assert_array_equal(wl.true_len[:3], [10, 8, 27])
@@ -34,11 +33,10 @@ def test_azure_trace_rows_and_columns() -> None:
     np.testing.assert_array_equal(limited.prompt_len, wl.prompt_len[:100])
 
 
-@pytest.mark.skipif(not AZURE.exists(), reason="Azure trace not available")
 def test_azure_conv_trace_replays(tmp_path: Path) -> None:
     from lenbench.sim import SimConfig, simulate
 
-    wl = load_azure_trace(AZURE / "AzureLLMInferenceTrace_conv.csv", limit=2000)
+    wl = load_azure_trace(AZURE / "AzureLLMInferenceTrace_conv_first2000.csv", limit=2000)
     assert len(wl) == 2000 and wl.arrival_s[0] == 0.0
     res = simulate(wl, SimConfig(n_decode=2))
     np.testing.assert_array_equal(res.generated, wl.true_len)
