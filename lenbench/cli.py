@@ -29,7 +29,7 @@ from lenbench.validate import ConfigError, check_config
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 # Errors that mean "fix the command or the input": one line each and exit status 2, no traceback.
 USER_ERRORS = (ConfigError, SourceError)
-log = logging.getLogger("lenbench")
+log = logging.getLogger(__name__)
 
 
 def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
