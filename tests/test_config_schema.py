@@ -84,6 +84,10 @@ def test_a_mistake_in_a_users_own_preset_fails_naming_the_field(tmp_path):
         with pytest.raises(ConfigCompositionException) as err:
             _compose(search, "experiment=mine")
         assert field in f"{err.value} {err.value.__cause__}"
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nthread: 2\n")
+    with pytest.raises(ConfigCompositionException) as err:  # a top-level key: the root schema
+        _compose(search, "experiment=mine")
+    assert "thread" in f"{err.value} {err.value.__cause__}"
 
 
 def _schema_of(path: Path) -> type | None:
