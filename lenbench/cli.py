@@ -114,7 +114,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 
     container = resolved_config(cfg)
     check_config(container)
-    check_predictor_args(cfg, container)
+    if cfg.generation.worker is None:  # a shard worker builds no predictor
+        check_predictor_args(cfg, container)
     cap = label_import_cap(container)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
         cfg = copy.deepcopy(cfg)
