@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from omegaconf import OmegaConf
 
+from lenbench.configs import load_preset
 from lenbench.data.promptset import build_promptset, toyworld_source
 from lenbench.features.extract import FeatureConfig, extract_features, role_layers
 from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
@@ -139,8 +139,7 @@ def main() -> None:
         tm = load_target(path)
         texts = [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(args.prompts)]
     else:
-        model_cfg = OmegaConf.to_container(
-            OmegaConf.load(ROOT / "conf/model" / ("toy_tiny.yaml" if args.tiny else "toy.yaml")))
+        model_cfg = load_preset("model", "toy_tiny" if args.tiny else "toy")
         path, _ = resolve_model(model_cfg, args.cache_dir)
         tm = load_target(path)
         df, _ = build_promptset(toyworld_source(args.prompts, seed=123),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lenbench.configs import load_preset
 from lenbench.sim import (
     SimConfig,
     Workload,
@@ -33,18 +34,13 @@ from lenbench.sim import (
     simulate_predictions,
 )
 
-PRESET = Path(__file__).resolve().parents[1] / "conf" / "sim" / "outlets_paper.yaml"
 POLICIES = (("rr", "fcfs"), ("jsq", "fcfs"), ("lb", "sjf"))
 KEYS = ("e2e_p99_short", "e2e_p99_long", "e2e_mean_all", "throughput_tok_s",
         "hol_inversion_rate")
 
 
-def load_preset() -> SimConfig:
-    try:
-        import yaml
-    except ImportError:
-        return SimConfig()
-    return SimConfig.from_dict(yaml.safe_load(PRESET.read_text()))
+def paper_preset() -> SimConfig:
+    return SimConfig.from_dict(load_preset("sim", "outlets_paper"))
 
 
 def workload(cfg: SimConfig, seed: int) -> Workload:
@@ -63,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    cfg = load_preset()
+    cfg = paper_preset()
     workloads = [workload(cfg, seed) for seed in range(args.seeds)]
 
     started = time.perf_counter()

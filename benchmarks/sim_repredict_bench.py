@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lenbench.configs import load_preset
 from lenbench.sim import (
     SimConfig,
     Workload,
@@ -39,16 +40,11 @@ from lenbench.sim import (
 )
 from lenbench.sim.remaining import RemainingEstimates
 
-PRESET = Path(__file__).resolve().parents[1] / "conf" / "sim" / "outlets_paper.yaml"
 SIGMA = 0.5
 
 
-def load_preset() -> SimConfig:
-    try:
-        import yaml
-    except ImportError:
-        return SimConfig()
-    return SimConfig.from_dict(yaml.safe_load(PRESET.read_text()))
+def paper_preset() -> SimConfig:
+    return SimConfig.from_dict(load_preset("sim", "outlets_paper"))
 
 
 def workload(cfg: SimConfig, seed: int) -> Workload:
@@ -80,7 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    cfg = load_preset().replace(repredict_every=args.every)
+    cfg = paper_preset().replace(repredict_every=args.every)
     cases = []
     for seed in range(args.seeds):
         wl = workload(cfg, seed)
