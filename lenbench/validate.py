@@ -183,6 +183,14 @@ def _jsonl_head_problems(field: str, path: Path, head: bytes) -> list[str]:
 
 
 def _model_problems(model: Mapping[str, Any]) -> list[str]:
+    if model.get("source") == "toy":  # the toy block's keys are ToyModelConfig's fields
+        from lenbench.models.loading import toy_config
+
+        try:
+            toy_config(dict(model.get("toy") or {}))
+        except (TypeError, ValueError) as exc:
+            return [str(exc)]
+        return []
     path = model.get("path")
     if model.get("source") != "hf" or not isinstance(path, str):
         return []

@@ -124,3 +124,9 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
                         f"paths.cache_dir={tmp_path / 'c'}", timeout=120)
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr or "ConfigError" in proc.stderr
+
+
+def test_a_typo_in_the_toy_model_block_is_one_line_before_any_model_work() -> None:
+    """`model.toy` is ToyModelConfig's fields: a preset's misspelt key is named up front."""
+    found = problems("+model.toy.n_layer=3")
+    assert len(found) == 1 and found[0].startswith("model.toy: unknown keys ['n_layer']"), found
