@@ -96,9 +96,8 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError([f"{where}: {exc.msg if hasattr(exc, 'msg') else exc}"]) from None
 
 
-def check_predictor_args(cfg: DictConfig, container: dict[str, Any]) -> None:
+def check_predictor_args(members: list[tuple[str, dict]], container: dict[str, Any]) -> None:
     """Every predictor's arguments against its class's signature, before any stage runs."""
-    members = _predictor_configs(cfg)
     problems = suite_problems(container["predictor"]) + [
         f"{name}: {line}" if len(members) > 1 else line
         for name, pcfg in members for line in predictor_arg_problems(pcfg)]
@@ -114,22 +113,23 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 
     container = resolved_config(cfg)
     check_config(container)
-    if cfg.generation.worker is None:  # a shard worker builds no predictor
-        check_predictor_args(cfg, container)
+    worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
+    members = [] if worker else _predictor_configs(cfg)
+    check_predictor_args(members, container)
     cap = label_import_cap(container)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
         cfg = copy.deepcopy(cfg)
         with open_dict(cfg):
             cfg.generation.max_new_tokens = cap
         container = resolved_config(cfg)
+        members = [] if worker else _predictor_configs(cfg)  # ${generation.max_new_tokens}
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
     configure_threads(cfg.threads)
     progress = bool(cfg.progress)
-    if cfg.generation.worker is not None:  # a shard worker only generates (pipeline.py)
+    if worker:
         prepare_world(container, need_features=False, progress=progress, generate_only=True)
         return []
-    members = _predictor_configs(cfg)
     built: list[tuple[str, dict, Any]] = []  # a predictor, or the exception its constructor raised
     for name, pcfg in members:
         try:

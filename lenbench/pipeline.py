@@ -165,8 +165,7 @@ def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
             "features": None if feat_stage is None else stage_fingerprint(feat_stage.path)}
 
 
-# dataset keys read by label import, not by the source; with the name, they do not change which
-# prompts are read, so they are left out of the PromptSet's key
+# dataset keys read by label import, not by the source (so not in the PromptSet's key either)
 LABEL_IMPORT_KEYS = ("model_name", "tokenizer", "max_length")
 
 
