@@ -37,6 +37,7 @@ from lenbench.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
+from lenbench.generation.sample_store import SampleStore
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.predictor import TargetModel
@@ -48,13 +49,19 @@ from lenbench.world_checks import (
     warn_censoring,
     warn_duplicate_lengths,
 )
+from lenbench.worlds.shipped import (
+    SAMPLES_FILE,
+    report_against_shipped,
+    sample_key,
+    shipped_world_for,
+)
 
 log = logging.getLogger(__name__)
 
 GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_samples", "seed",
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
-OPTIONAL_GENERATION_KEYS = ("max_length_exclusive",)
+OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts")
 
 
 @dataclass
@@ -119,6 +126,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
         return None
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
     gen_card = json.loads((gen_stage.path / "card.json").read_text())
+    report_against_shipped(cfg, labels, gen_card)
     if len(labels) == 0:
         raise RuntimeError(f"generation produced no usable rows (see {gen_stage.path}/card.json)")
     warn_censoring(gen_card)
@@ -192,7 +200,6 @@ def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
     return ds_stage, prompts, card
 
 
-
 def model_source_summary(target_path: str) -> dict | None:
     """Where a converted model's weights came from (GGUF file, sha256, package versions)."""
     card = read_card(target_path)
@@ -214,7 +221,6 @@ def world_name(ds: dict, imported: bool) -> str:
             name = name.removesuffix(suffix)
         return name or str(ds["name"])
     return str(ds["name"])
-
 
 
 def label_import_cap(cfg: dict) -> int | None:
@@ -246,7 +252,6 @@ def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool
         path, key = resolve_model(dict(cfg["model"]), cache, progress=progress)
         return path, {"model": key}
     return str(name), {"tokenizer": str(name)}
-
 
 
 def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: dict,
@@ -324,9 +329,15 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
     gen = dict(cfg["generation"])
     model_cfg = dict(cfg["model"])
     backend = backend_name(gen)
-    stage = Stage(cache, "generate", generation_stage_config(cfg, model_key), parent=parent)
+    stage_cfg = generation_stage_config(cfg, model_key)
+    shipped = shipped_world_for(gen, stage_cfg)
+    if shipped is not None and not gen.get("regenerate"):
+        stage_cfg = {**stage_cfg, "shipped": shipped.card["files"][SAMPLES_FILE]["sha256"]}
+    stage = Stage(cache, "generate", stage_cfg, parent=parent)
     if stage.done:
         return stage
+    store = SampleStore(cache / "samples" / stable_hash(sample_key(stage_cfg)))
+    log.info("generate stage: %s (samples kept for reuse in %s)", stage.path, store.folder)
     workers = int(gen.get("workers") or 1)
     worker = gen.get("worker")
     revision = model_cfg.get("revision")
@@ -342,6 +353,8 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
                                   dtype=model_cfg["dtype"], tokenizer=tokenizer,
                                   load=target)
         sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
+        known = {} if gen.get("regenerate") else \
+            {**store.load(), **(shipped.known(prompts) if shipped is not None else {})}
         labels, card = generate_labels(
             prompts, None, tokenizer, out_dir, sampling,
             n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
@@ -350,9 +363,14 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
             generator_factory=lambda: make_generator(gen, handle, eos),
             chat_template_kwargs=dict(model_cfg.get("chat_template_kwargs") or {}),
             max_length_exclusive=gen.get("max_length_exclusive"),
-            worker=worker_i, num_workers=n_workers)
+            worker=worker_i, num_workers=n_workers, known=known, store=store,
+            dense_prompts=int(gen.get("dense_prompts") or 0),
+            dense_n_samples=gen.get("dense_n_samples"))
         card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
-                     "model_dtype": model_cfg.get("dtype"),
+                     "model_dtype": model_cfg.get("dtype"), "sample_key": sample_key(stage_cfg),
+                     "shipped_world": None if shipped is None else
+                     {"name": shipped.name, "used": not gen.get("regenerate"),
+                      "fingerprint": shipped.fingerprint},
                      "backend_config": {k: gen.get(k) for k in sorted(gen)}})
         return labels, card
 

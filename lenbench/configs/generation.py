@@ -24,6 +24,12 @@ class GenerationConfig:
     max_length_exclusive: int | None = None  # drop rows with L >= this (OUTLETS: 2048)
     workers: int = 1               # data-parallel generation processes
     worker: int | None = None      # this process's index among them
+    dense_prompts: int | None = None  # the first N prompts get dense_n_samples samples ...
+    dense_n_samples: int | None = None  # ... instead of n_samples (null: none denser)
+    shipped: str | None = None     # a shipped world (lenbench/worlds/<name>, or a folder) whose
+    #                                samples are taken instead of generated, when it fits
+    regenerate: bool = False       # true: ignore shipped and stored samples, generate all and
+    #                                say whether the labels match the shipped world's
 
 
 @dataclass

@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
+from lenbench.generation.hf import GenRequest, GenResult, GenStats, HFGenerator, SamplingConfig
 from lenbench.generation.length_counts import result_length
+from lenbench.generation.sample_store import KnownSamples, SampleStore, prompt_tokens_sha
 from lenbench.progress import ProgressLog
 from lenbench.stages import atomic_write_bytes
 
@@ -118,6 +119,10 @@ def generate_labels(
     max_length_exclusive: int | None = None,
     worker: int = 0,
     num_workers: int = 1,
+    known: KnownSamples | None = None,
+    store: SampleStore | None = None,
+    dense_prompts: int = 0,
+    dense_n_samples: int | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Generate `n_samples` responses per prompt into `out_dir` (resumable); return labels + card.
 
@@ -134,6 +139,11 @@ def generate_labels(
 
     With `num_workers` > 1 this process generates only the shards k with k % num_workers ==
     `worker`; if other shards are still missing afterwards it raises `ShardsPending`.
+
+    `known` holds samples generated earlier (a sample store, a shipped world): a request found
+    there with the same rendered prompt is taken as is, and only the rest are generated, each
+    new shard's samples being added to `store`. The first `dense_prompts` prompts get
+    `dense_n_samples` samples instead of `n_samples` (a denser subset for the noise floor).
     """
     if not 0 <= worker < num_workers:
         raise ValueError(f"generation.worker={worker} must be in [0, {num_workers}) "
@@ -151,14 +161,19 @@ def generate_labels(
                              "`generator_factory`")
         def generator_factory():
             return HFGenerator(model, eos, batch_size=batch_size)
+    def samples_of(i: int) -> int:
+        return int(dense_n_samples) if dense_n_samples and i < dense_prompts else n_samples
+
+    known = known or {}
     shards = [keep_idx[i:i + shard_prompts] for i in range(0, len(keep_idx), shard_prompts)]
     mine = [k for k in range(len(shards)) if k % num_workers == worker]
-    total = sum(len(shards[k]) for k in mine) * n_samples
+    total = sum(samples_of(i) for k in mine for i in shards[k])
     stats = GenStats()
     started = time.perf_counter()
     done_before = 0
-    resumed = sum(len(shards[k]) for k in mine
-                  if (out_dir / f"shard-{k:05d}.parquet").exists()) * n_samples
+    resumed = sum(samples_of(i) for k in mine for i in shards[k]
+                  if (out_dir / f"shard-{k:05d}.parquet").exists())
+    n_reused = 0
     name = "generate" if num_workers == 1 else f"generate (worker {worker}/{num_workers})"
     plain = ProgressLog(log, name, total, unit="samples", start=resumed)
     if resumed:
@@ -171,30 +186,51 @@ def generate_labels(
             for shard_no in mine:
                 shard = shards[shard_no]
                 path = out_dir / f"shard-{shard_no:05d}.parquet"
+                n_shard = sum(samples_of(i) for i in shard)
                 if path.exists():  # finished by an earlier (possibly killed) run
-                    bar.advance(task, len(shard) * n_samples)
-                    done_before += len(shard) * n_samples
+                    bar.advance(task, n_shard)
+                    done_before += n_shard
                     continue
-                if generator is None:
-                    generator = made = generator_factory()
-                requests, keys = [], []
+                requests, keys, by_key = [], [], {}
                 for i in shard:
                     pid = prompts.at[i, "prompt_id"]
-                    for s in range(n_samples):
+                    sha = prompt_tokens_sha(rendered[i])
+                    for s in range(samples_of(i)):
+                        hit = known.get((pid, s))
+                        if hit is not None and hit.prompt_sha == sha:
+                            by_key[(i, s)] = GenResult(list(hit.output_ids), hit.finish_reason)
+                            continue
                         requests.append(GenRequest(tuple(rendered[i]),
                                                    (seed, int(pid, 16) % 2**63, s)))
                         keys.append((i, s))
-                shard_started = time.perf_counter()
-                results, shard_stats = generator.generate(
-                    requests, sampling, on_done=lambda _: (bar.advance(task), plain.advance(1)))
-                seconds = time.perf_counter() - shard_started
-                n_tokens = sum(result_length(r) for r in results)
-                log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d censored",
-                         name, shard_no + 1, len(shards), n_tokens, seconds,
-                         n_tokens / max(seconds, 1e-9),
-                         sum(r.finish_reason == "length" for r in results), len(results))
+                n_reused += len(by_key)
+                bar.advance(task, len(by_key))
+                plain.advance(len(by_key))
+                shard_stats = GenStats()
+                if requests:
+                    if generator is None:
+                        generator = made = generator_factory()
+                    shard_started = time.perf_counter()
+                    results, shard_stats = generator.generate(
+                        requests, sampling,
+                        on_done=lambda _: (bar.advance(task), plain.advance(1)))
+                    seconds = time.perf_counter() - shard_started
+                    n_tokens = sum(result_length(r) for r in results)
+                    log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d "
+                             "censored%s", name, shard_no + 1, len(shards), n_tokens, seconds,
+                             n_tokens / max(seconds, 1e-9),
+                             sum(r.finish_reason == "length" for r in results), len(results),
+                             f", {len(by_key)} samples reused" if by_key else "")
+                    by_key.update(zip(keys, results))
+                    if store is not None:
+                        store.add({"prompt_id": prompts.at[i, "prompt_id"], "sample_idx": s,
+                                   "prompt_sha": prompt_tokens_sha(rendered[i]),
+                                   "output_token_ids": res.output_ids,
+                                   "finish_reason": res.finish_reason}
+                                  for (i, s), res in zip(keys, results))
                 rows = []
-                for (i, s), res in zip(keys, results):
+                for i, s in [(j, t) for j in shard for t in range(samples_of(j))]:
+                    res = by_key[(i, s)]
                     row = prompts.loc[i]
                     rows.append({"prompt_id": row["prompt_id"], "sample_idx": s,
                                  "split": row["split"], "family": row.get("family", ""),
@@ -246,6 +282,8 @@ def generate_labels(
         "real_token_fraction": stats.real_token_fraction, "kv_fill": stats.kv_fill,
         "decode_steps": stats.decode_steps,
         "seconds_this_run": time.perf_counter() - started, "rows_resumed": done_before,
+        "samples_reused": n_reused, "dense_prompts": int(dense_prompts) if dense_n_samples else 0,
+        "dense_n_samples": int(dense_n_samples) if dense_n_samples else None,
         "mean_L": float(labels["L"].mean()) if len(labels) else None,
     }
     return labels, card
