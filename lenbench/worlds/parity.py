@@ -1,0 +1,84 @@
+"""Do two labellings sample the same model? A shipped world against labels made another way.
+
+    python -m lenbench.worlds.parity --world smollm2_sharegpt \\
+        --stage .cache/lenbench/generate/<key> [--json report.json]
+
+Typical use: the same prompts, seeds and sampling in bfloat16 against the world's float32. On
+the samples both hold (same prompt, same sample index, so the same random stream) it reports how
+many are token-for-token identical, and where they part; then, as distributions, the mean L, the
+share ending on EOS, and two-sample tests of the lengths (Kolmogorov-Smirnov and Mann-Whitney).
+Identical samples say the numerics agree; a large p-value with few identical samples says the
+labels differ sample by sample but plausibly come from the same length distribution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from lenbench.worlds.shipped import ShippedWorld
+
+
+def first_difference(a, b) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if int(x) != int(y):
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
+    """Compare two label tables on their common (prompt_id, sample_idx) rows."""
+    ref = reference.set_index(["prompt_id", "sample_idx"])
+    oth = other.set_index(["prompt_id", "sample_idx"])
+    common = ref.index.intersection(oth.index)
+    if len(common) == 0:
+        raise ValueError("the two labellings share no (prompt, sample) row")
+    ref, oth = ref.loc[common], oth.loc[common]
+    splits = [first_difference(list(a), list(b))
+              for a, b in zip(ref["output_token_ids"], oth["output_token_ids"])]
+    parted = [s for s in splits if s is not None]
+    la, lb = ref["L"].to_numpy(float), oth["L"].to_numpy(float)
+
+    def side(df: pd.DataFrame, lengths: np.ndarray) -> dict:
+        return {"mean_L": float(lengths.mean()), "median_L": float(np.median(lengths)),
+                "eos_share": float((df["finish_reason"] == "stop").mean())}
+
+    ks = stats.ks_2samp(la, lb)
+    mw = stats.mannwhitneyu(la, lb, alternative="two-sided")
+    return {"n_samples": len(common),
+            "n_prompts": int(common.get_level_values(0).nunique()),
+            "identical": int(len(splits) - len(parted)),
+            "same_L": int((la == lb).sum()),
+            "median_first_difference": float(np.median(parted)) if parted else None,
+            "reference": side(ref, la), "other": side(oth, lb),
+            "ks": {"statistic": float(ks.statistic), "p_value": float(ks.pvalue)},
+            "mann_whitney": {"statistic": float(mw.statistic), "p_value": float(mw.pvalue)}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", required=True, help="a shipped world (name or folder)")
+    parser.add_argument("--stage", type=Path, required=True,
+                        help="a finished generate stage with the other labels")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    world = ShippedWorld.load(args.world)
+    other = pd.read_parquet(args.stage / "labels.parquet")
+    report = parity_report(world.samples, other)
+    report["world"] = world.name
+    report["other_card"] = {k: v for k, v in json.loads(
+        (args.stage / "card.json").read_text()).items()
+        if k in ("model_dtype", "sampling", "seed", "backend")}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
