@@ -1,8 +1,8 @@
-"""Causality audit of dynamic predictors: the estimate at step t must not read the future.
+"""What a prediction may read of the scored split, and a copy of the split that changes the rest.
 
 `predict_remaining(split)` gets the dynamic view of the scored split (lenbench/inputs.py), which
 holds the whole true response because the protocol walks it step by step. Reading it causally is
-the predictor's duty; this module checks it instead of assuming it.
+the predictor's duty; lenbench/audit.py checks it on the view this module builds.
 
 What the dynamic protocol allows at step t (t tokens generated, L - t remaining, n prompt tokens):
 
@@ -16,108 +16,153 @@ What the dynamic protocol allows at step t (t tokens generated, L - t remaining,
 * the per-token entropy at positions 0 .. n-1+t (`entropy(i)[:n + t]`).
 
 Nothing else: not y_{t+2} onwards, not the states of steps after t, not the entropy at positions
-n+t onwards, and not the row's number of response tokens or of steps (that is L).
+n+t onwards, not the row's number of response tokens or of steps (that is L), and nothing of
+another row beyond what that row's own steps allow. The static view (`predict`,
+`predict_variants`, `predict_distribution`) allows the prompt side and y_1 only.
 
-The audit (`audit_causality`): draw up to `n_rows` rows of the view that have steps (fixed seed)
-and a cut step c per row among its steps; build a perturbed view of those rows in which all that
-is not allowed at step c is changed:
+`perturb(view)` draws up to `n_rows` rows of the scored split (seeded) and a cut step c per row,
+and returns a view of the *whole* split, every other row unchanged, in which those rows have
+everything that step c does not allow changed:
 
-* response tokens after y_{c+1} are replaced by other tokens (drawn from the rows' own tokens,
-  each different from the one it replaces) and the response length is changed (L' != L, at least
-  c + 1 and at most the sample's longest sequence, so no sequence grows past what the predictor
-  already handled; the sample's longest row keeps its length, so padded batch shapes stay the
-  same); the steps after c follow the new length (their number changes with it);
-* the step states of steps after c are Gaussian noise with the per-dimension mean and std of the
-  sampled rows' step states (every role and pooling the features stage holds);
-* the entropy at positions n+c onwards is uniform noise.
+* their response lengths are traded in pairs: two drawn rows with different sequence lengths
+  n + L swap them (so L' != L for both), which leaves the split's multiset of sequence lengths,
+  its longest sequence and (at stride 1) its number of steps as they were: a predictor that pads
+  or sorts by length builds batches of the same shapes, so a causal one reproduces its numbers.
+  A drawn row without a partner keeps its length (`Perturbation.new_length` says which);
+* their response tokens after y_{c+1} are replaced by other tokens (drawn from the drawn rows'
+  own tokens, each different from the one it replaces), up to the new length; the steps after c
+  follow the new length (their number changes with it);
+* their step states after c are Gaussian noise with the per-dimension mean and std of the drawn
+  rows' step states (every role and pooling the features stage holds), and their entropies at
+  positions n+c onwards are uniform noise.
 
-Prompt side, y_1 .. y_{c+1}, the states of steps <= c and the entropy at positions < n+c are
-copied unchanged. The predictor (a shallow copy, so that state it keeps about the scored split is
-not overwritten) predicts the unperturbed and the perturbed rows with the same random seed, and
-its estimates at steps t <= c must agree (`np.allclose`, rtol 1e-4, atol 1e-3 tokens by default).
+Prompt side, y_1 .. y_{c+1}, the states of steps <= c and the entropies at positions < n+c are
+copied unchanged. The changed rows' features live in memory, over the memory-mapped store
+(`_Overlay`); nothing of the store is copied.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-import random
-from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
 
 from lenbench.inputs import SplitView
-from lenbench.predictor import Predictor
-
-log = logging.getLogger(__name__)
 
 
-class _MemoryStore:
-    """A FeatureStore look-alike over in-memory arrays (the perturbed rows' features)."""
+@dataclass
+class Perturbation:
+    """A full-size dynamic view of the scored split with some rows changed after a cut step."""
 
-    def __init__(self, meta: dict, static: dict, steps: dict, step_index: np.ndarray,
-                 entropy: list[np.ndarray]):
-        self.meta = meta
-        self._static, self._steps, self._index = static, steps, step_index
-        self._entropy = entropy
-        counts = np.bincount(step_index[:, 0], minlength=len(entropy)) if len(step_index) \
-            else np.zeros(len(entropy), dtype=np.int64)
-        self.step_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.token_offsets = np.concatenate([[0], np.cumsum([len(e) for e in entropy])])
+    view: SplitView  # labels hidden; the same rows in the same order as the scored split
+    rows: np.ndarray  # positions of the changed rows in the view
+    cuts: np.ndarray  # per changed row, the cut step c
+    old_length: np.ndarray  # per changed row, L
+    new_length: np.ndarray  # per changed row, L'
 
-    def static(self, role: str, pooling: str) -> np.ndarray:
-        if (role, pooling) not in self._static:
-            raise KeyError(f"features for role={role!r} pooling={pooling!r} were not extracted")
-        return self._static[(role, pooling)]
+    def fixed(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Mask of the (row, t) steps whose estimate the protocol fixes: every step of an
+        unchanged row, and the steps t <= c of a changed one."""
+        cut = np.full(len(self.view), np.iinfo(np.int64).max, dtype=np.int64)
+        cut[self.rows] = self.cuts
+        return np.asarray(t) <= cut[np.asarray(row, dtype=np.int64)]
 
-    def steps(self, role: str, pooling: str = "last") -> np.ndarray:
-        if (role, pooling) not in self._steps:
-            raise KeyError(f"step features for role={role!r} pooling={pooling!r} were not "
-                           "extracted")
-        return self._steps[(role, pooling)]
 
-    def step_index(self) -> np.ndarray:
-        return self._index
+class _Stacked:
+    """Rows of a (memory-mapped) store array followed by rows held in memory, indexed like
+    one array by an index array, a slice or an integer (optionally with a column key)."""
+
+    def __init__(self, base, extra: np.ndarray):
+        self._base, self._extra, self._n = base, extra, len(base)
+        self.shape = (self._n + len(extra), *base.shape[1:])
+        self.dtype = base.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        rest = ()
+        if isinstance(key, tuple):
+            key, rest = key[0], key[1:]
+        scalar = np.isscalar(key)
+        if isinstance(key, slice):
+            index = np.arange(*key.indices(len(self)))
+        else:
+            index = np.atleast_1d(np.asarray(key))
+            if index.dtype == bool:
+                index = np.flatnonzero(index)
+        index = np.where(index < 0, index + len(self), index).astype(np.int64)
+        out = np.empty((len(index), *self.shape[1:]), dtype=self.dtype)
+        low = index < self._n
+        if low.any():
+            out[low] = self._base[index[low]]
+        if (~low).any():
+            out[~low] = self._extra[index[~low] - self._n]
+        out = out[(slice(None), *rest)]
+        return out[0] if scalar else out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+
+class _Overlay:
+    """The scored split's feature store with the changed rows added after its last row (their
+    features in memory); a reader of any other row reads the store itself."""
+
+    def __init__(self, base, originals: np.ndarray, steps: dict, step_index: np.ndarray,
+                 counts: np.ndarray, entropy: list[np.ndarray] | None):
+        self._base, self._originals = base, originals
+        self._steps, self._index, self._entropy = steps, step_index, entropy
+        self.meta = dict(getattr(base, "meta", {}) or {})
+        offsets = np.asarray(base.step_offsets, dtype=np.int64)
+        self._n = len(offsets) - 1
+        self.step_offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(counts)])
+        if entropy is not None and hasattr(base, "token_offsets"):
+            tok = np.asarray(base.token_offsets, dtype=np.int64)
+            self.token_offsets = np.concatenate([tok, tok[-1] + np.cumsum(
+                [len(e) for e in entropy]).astype(np.int64)])
+
+    def static(self, role: str, pooling: str):
+        base = self._base.static(role, pooling)  # raises for a pair that was not extracted
+        return _Stacked(base, np.asarray(base[self._originals]))
+
+    def steps(self, role: str, pooling: str = "last"):
+        base = self._base.steps(role, pooling)
+        extra = self._steps.get((role, pooling))
+        return _Stacked(base, np.zeros((0, *base.shape[1:]), base.dtype) if extra is None
+                        else extra)
+
+    def step_index(self):
+        return _Stacked(self._base.step_index(), self._index)
 
     def entropy(self, row: int) -> np.ndarray:
-        return self._entropy[row].copy()
+        if row < self._n:
+            return self._base.entropy(row)
+        if self._entropy is None:
+            raise AttributeError("the feature store holds no entropies")
+        return self._entropy[row - self._n].copy()
 
 
 def _available(store, kind: str) -> list[tuple[str, str]]:
     """The (role, pooling) pairs the store holds, static or step."""
-    meta = store.meta
+    meta = getattr(store, "meta", None) or {}
     if kind == "static":
-        pairs, read = [(r, p) for r in meta.get("roles", []) for p in meta.get("poolings", [])], \
-            store.static
+        pairs = [(r, p) for r in meta.get("roles", []) for p in meta.get("poolings", [])]
+        read = getattr(store, "static", None)
     else:
-        pairs, read = [(r, p) for r in meta.get("step_roles", [])
-                       for p in meta.get("step_poolings", ["last"])], store.steps
+        pairs = [(r, p) for r in meta.get("step_roles", [])
+                 for p in meta.get("step_poolings", ["last"])]
+        read = getattr(store, "steps", None)
     out = []
-    for pair in pairs:
+    for pair in pairs if read is not None else []:
         try:
             read(*pair)
         except KeyError:
             continue
         out.append(pair)
     return out
-
-
-@contextmanager
-def _same_randomness(seed: int):
-    """Seed every generator for one call, then restore their states (the run is unaffected)."""
-    np_state, py_state = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        random.seed(seed)
-        try:
-            yield
-        finally:
-            np.random.set_state(np_state)
-            random.setstate(py_state)
 
 
 def _other_tokens(rng: np.random.Generator, pool: np.ndarray, original: np.ndarray,
@@ -131,119 +176,116 @@ def _other_tokens(rng: np.random.Generator, pool: np.ndarray, original: np.ndarr
     return out
 
 
-def perturbed_views(view: SplitView, n_rows: int = 8, seed: int = 0
-                    ) -> tuple[SplitView, SplitView, np.ndarray]:
-    """(reference, perturbed, cut steps): the dynamic views of up to `n_rows` sampled rows, as
-    they are and with everything after what step c allows changed (module docstring)."""
-    store = view._features
-    if store is None:
-        raise ValueError("the causality audit needs the step features of the scored split")
-    table, rows = view._table, view._rows
-    offsets = store.step_offsets
-    counts = offsets[rows + 1] - offsets[rows]
+def _traded_lengths(rng: np.random.Generator, n: np.ndarray, L: np.ndarray,
+                    floor: np.ndarray) -> np.ndarray:
+    """New response lengths: rows swap their sequence lengths n + L in pairs (a pair must differ,
+    and each new length must reach the row's `floor`); a row left without a partner keeps L."""
+    total, new = n + L, L.copy()
+    free = [int(i) for i in rng.permutation(len(L))]
+    while free:
+        a = free.pop(0)
+        for k, b in enumerate(free):
+            if total[a] != total[b] and total[b] - n[a] >= floor[a] \
+                    and total[a] - n[b] >= floor[b]:
+                new[a], new[b] = total[b] - n[a], total[a] - n[b]
+                del free[k]
+                break
+    return new
+
+
+def _stride(store, row_t: list[np.ndarray]) -> int:
+    """The features stage's step stride (read from the drawn rows' steps when not recorded)."""
+    stride = (getattr(store, "meta", None) or {}).get("step_stride")
+    if stride is not None:
+        return int(stride)
+    gaps = np.concatenate([np.diff(ts) for ts in row_t]) if row_t else np.zeros(0)
+    gaps = gaps[gaps > 0]
+    return int(gaps.min()) if len(gaps) else 1
+
+
+def perturb(view: SplitView, n_rows: int = 16, seed: int = 0) -> Perturbation:
+    """The scored split with up to `n_rows` drawn rows changed after a cut step (module
+    docstring); every other row, and the order of rows, as they were."""
+    table, rows, store = view._table, view._rows, view._features
     rng = np.random.default_rng(seed)
+    lengths = table["L"].to_numpy(dtype=np.int64)
+    prompt_n = table["prompt_token_ids"].map(len).to_numpy(dtype=np.int64)
+    has_steps = store is not None and hasattr(store, "step_offsets") \
+        and hasattr(store, "step_index")
+    offsets = np.asarray(store.step_offsets, dtype=np.int64) if has_steps else None
+    counts = offsets[rows + 1] - offsets[rows] if has_steps else lengths
     candidates = np.flatnonzero(counts > 0)
     pick = np.sort(rng.choice(candidates, min(n_rows, len(candidates)), replace=False))
-    sub = table.iloc[pick].reset_index(drop=True)
-    prompts = [np.asarray(p, dtype=np.int64) for p in sub["prompt_token_ids"]]
-    responses = [np.asarray(r, dtype=np.int64) for r in sub["output_token_ids"]]
-    lengths = [len(r) for r in responses]
-    index = store.step_index()
-    row_t = [np.asarray(index[offsets[g]: offsets[g + 1], 1], dtype=np.int64) for g in rows[pick]]
-    cuts = np.array([int(rng.choice(ts)) for ts in row_t], dtype=np.int64)
+    index = store.step_index() if has_steps else None
+    row_t = [np.asarray(index[offsets[g]: offsets[g + 1], 1], dtype=np.int64)
+             for g in rows[pick]] if has_steps else [np.zeros(1, np.int64) for _ in pick]
+    floor = np.array([ts.min() + 1 for ts in row_t], dtype=np.int64)
+    new_len = _traded_lengths(rng, prompt_n[pick], lengths[pick], floor)
+    cuts = np.array([int(rng.choice(ts[ts < min(L, L2)])) for ts, L, L2 in
+                     zip(row_t, lengths[pick], new_len)], dtype=np.int64)
+    responses = [np.asarray(table["output_token_ids"].iloc[p], dtype=np.int64) for p in pick]
+    prompts = [np.asarray(table["prompt_token_ids"].iloc[p], dtype=np.int64) for p in pick]
     pool = np.unique(np.concatenate(prompts + responses)) if len(pick) else np.zeros(1, np.int64)
-    width = max((len(p) + L for p, L in zip(prompts, lengths)), default=0)
-    anchor = int(np.argmax([len(p) + L for p, L in zip(prompts, lengths)])) if len(pick) else -1
-    stride = int(store.meta.get("step_stride", 1))
+    if not len(pool):
+        pool = np.zeros(1, np.int64)
+    tokens = list(table["output_token_ids"])
+    for j, p in enumerate(pick):
+        c, resp = int(cuts[j]), responses[j]
+        if len(resp) >= lengths[p]:  # the response tokens are stored (not a label import)
+            tail = _other_tokens(rng, pool, resp[c + 1:], int(new_len[j]) - (c + 1))
+            tokens[p] = np.concatenate([resp[: c + 1], tail]).tolist()
+    changed = table.copy()
+    changed["output_token_ids"] = pd.Series(tokens, dtype=object)
+    new_lengths = lengths.copy()
+    new_lengths[pick] = new_len
+    changed["L"] = new_lengths
+    out = view._copy(np.arange(len(view)), labels_visible=False)
+    out._table = changed
+    if has_steps:
+        out._features = _changed_store(store, rows[pick], row_t, prompt_n[pick], cuts, new_len,
+                                       rng)
+        out._rows = rows.copy()
+        out._rows[pick] = len(offsets) - 1 + np.arange(len(pick))
+    return Perturbation(out, pick, cuts, lengths[pick], new_len)
 
-    static_pairs, step_pairs = _available(store, "static"), _available(store, "steps")
-    # noise: per dimension, the mean and std of the sampled rows' step states (pooled over rows,
+
+def _changed_store(store, originals: np.ndarray, row_t: list[np.ndarray], prompt_n: np.ndarray,
+                   cuts: np.ndarray, new_len: np.ndarray, rng: np.random.Generator) -> _Overlay:
+    """The store with the drawn rows' steps and entropies after their cut steps changed."""
+    offsets = np.asarray(store.step_offsets, dtype=np.int64)
+    n_base, stride = len(offsets) - 1, _stride(store, row_t)
+    step_pairs = _available(store, "steps")
+    # noise: per dimension, the mean and std of the drawn rows' step states (pooled over rows,
     # so a dimension that is constant within a row still gets noise at the scale rows differ by)
-    spans = [np.arange(offsets[g], offsets[g + 1]) for g in rows[pick]]
+    spans = [np.arange(offsets[g], offsets[g + 1]) for g in originals]
     span = np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)
     scale = {}
     for pair in step_pairs:
         sample = np.asarray(store.steps(*pair)[span], dtype=np.float64)
         scale[pair] = (sample.mean(0), sample.std(0) + 1e-3 * (np.abs(sample).mean() + 1.0))
-    new_resp, new_len, new_index, entropies = [], [], [], []
+    has_entropy = hasattr(store, "entropy") and hasattr(store, "token_offsets")
+    new_index, counts, entropies = [], [], []
     new_steps: dict[tuple[str, str], list[np.ndarray]] = {pair: [] for pair in step_pairs}
-    for j, g in enumerate(rows[pick]):
-        n, L, c, ts = len(prompts[j]), lengths[j], int(cuts[j]), row_t[j]
-        options = np.setdiff1d(np.arange(c + 1, width - n + 1), [L])
-        L_new = L if j == anchor or not len(options) else int(rng.choice(options))
-        tail = _other_tokens(rng, pool, responses[j][c + 1:], L_new - (c + 1))
-        new_resp.append(np.concatenate([responses[j][: c + 1], tail]))
-        new_len.append(L_new)
+    for j, g in enumerate(originals):
+        n, c, L2, ts = int(prompt_n[j]), int(cuts[j]), int(new_len[j]), row_t[j]
         keep = ts <= c
-        later = np.arange(0, L_new, stride)
+        later = np.arange(0, L2, stride)
         later = later[later > c]
-        new_index.append(np.stack([np.full(keep.sum() + len(later), j),
+        counts.append(int(keep.sum()) + len(later))
+        new_index.append(np.stack([np.full(counts[-1], n_base + j),
                                    np.concatenate([ts[keep], later])], 1))
         for pair in step_pairs:
-            orig = np.asarray(store.steps(*pair)[offsets[g]: offsets[g + 1]], dtype=np.float32)
+            orig = np.asarray(store.steps(*pair)[offsets[g]: offsets[g + 1]])
             noise = rng.normal(*scale[pair], (len(later), orig.shape[1]))
-            new_steps[pair].append(np.concatenate([orig[keep], noise.astype(np.float32)]))
-        ent = np.asarray(store.entropy(int(g)), dtype=np.float32)
-        top = max(float(ent.max()) if len(ent) else 0.0, 1.0)  # nats
-        entropies.append(np.concatenate([ent[: n + c], rng.uniform(
-            0.0, top, n + L_new - (n + c)).astype(np.float32)]))
-
-    hidden = {pair: np.asarray(store.static(*pair)[rows[pick]], dtype=np.float32)
-              for pair in static_pairs}
-    dim = hidden[static_pairs[0]].shape[1] if static_pairs else 0
-    steps = {pair: np.concatenate(v) if v else np.zeros((0, dim), np.float32)
-             for pair, v in new_steps.items()}
-    step_index = np.concatenate(new_index).astype(np.int64) if new_index \
-        else np.zeros((0, 2), dtype=np.int64)
-    memory = _MemoryStore(dict(store.meta), hidden, steps, step_index, entropies)
-    perturbed_table = sub.copy()
-    perturbed_table["output_token_ids"] = pd.Series(new_resp, dtype=object)
-    perturbed_table["L"] = np.asarray(new_len, dtype=np.int64)
-    reference = view._copy(pick, labels_visible=False)
-    perturbed = SplitView(view.name, perturbed_table, np.arange(len(pick)), memory, view.target,
-                          labels_visible=False)
-    return reference, perturbed, cuts
-
-
-def audit_causality(predictor: Predictor, view: SplitView, n_rows: int = 8, seed: int = 0,
-                    rtol: float = 1e-4, atol: float = 1e-3) -> dict[str, Any]:
-    """Check that `predictor.predict_remaining` at step t ignores everything after y_{t+1}.
-
-    `predictor` is fitted and dynamic; `view` is the scored split (labels visible or not). Returns
-    {"checked_rows", "steps_compared", "rows_with_new_length", "cut_steps", "max_abs_change",
-    "rtol", "atol", "passed"} (and "error" when a prediction raised). Costs two predictions of at
-    most `n_rows` rows (the predictor's own models run on them).
-    """
-    reference, perturbed, cuts = perturbed_views(view, n_rows, seed)
-    out: dict[str, Any] = {"checked_rows": len(cuts), "steps_compared": 0,
-                           "rows_with_new_length": int(np.sum(
-                               perturbed._table["L"].to_numpy()
-                               != reference._table["L"].to_numpy())),
-                           "cut_steps": [int(c) for c in cuts], "max_abs_change": 0.0,
-                           "rtol": rtol, "atol": atol, "passed": True}
-    if not len(cuts):
-        return out
-    probe = copy.copy(predictor)  # what predict_remaining stores on itself stays on the copy
-    try:
-        with _same_randomness(seed):
-            before = np.asarray(probe.predict_remaining(reference), dtype=np.float64).reshape(-1)
-        with _same_randomness(seed):
-            after = np.asarray(probe.predict_remaining(perturbed), dtype=np.float64).reshape(-1)
-    except Exception as exc:  # noqa: BLE001 - a predictor that breaks on the perturbed view fails
-        return out | {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
-    s0, s1 = reference.steps, perturbed.steps
-    if before.shape[0] != len(s0) or after.shape[0] != len(s1):
-        return out | {"passed": False, "error": "predict_remaining returned the wrong number of "
-                      f"values ({before.shape[0]} for {len(s0)} steps, {after.shape[0]} for "
-                      f"{len(s1)} steps)"}
-    a, b = [], []
-    for j, c in enumerate(cuts):
-        a.append(before[(s0.row == j) & (s0.t <= c)])
-        b.append(after[(s1.row == j) & (s1.t <= c)])
-    a, b = np.concatenate(a), np.concatenate(b)
-    diff = np.abs(a - b)
-    out["steps_compared"] = len(a)
-    out["max_abs_change"] = float(np.nanmax(diff)) if len(diff) and not np.isnan(diff).all() \
-        else 0.0
-    out["passed"] = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
-    return out
+            new_steps[pair].append(np.concatenate([orig[keep], noise.astype(orig.dtype)]))
+        if has_entropy:
+            ent = np.asarray(store.entropy(int(g)), dtype=np.float32)
+            top = max(float(ent.max()) if len(ent) else 0.0, 1.0)  # nats
+            entropies.append(np.concatenate([ent[: n + c], rng.uniform(
+                0.0, top, max(L2 - c, 0)).astype(np.float32)]))
+    index_dtype = np.asarray(store.step_index()[:1]).dtype
+    steps = {pair: np.concatenate(v) for pair, v in new_steps.items() if v}
+    step_index = np.concatenate(new_index).astype(index_dtype) if new_index \
+        else np.zeros((0, 2), dtype=index_dtype)
+    return _Overlay(store, originals, steps, step_index, np.asarray(counts, dtype=np.int64),
+                    entropies if has_entropy else None)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.causality import audit_causality
+from lenbench.audit import ScoredRecord, audit_scored
 from lenbench.configs import group_settings
 from lenbench.distribution_metrics import (
     distribution_metrics,
@@ -111,8 +111,11 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     t0 = time.perf_counter()
     predictor.fit(train, val if len(val) else None)
     fit_s = time.perf_counter() - t0
+    # the fitted state and every scored call, for the audit of what was scored (lenbench/audit.py)
+    scored = ScoredRecord(predictor, (train, val, test, test_hidden, test_static, world.features,
+                                      target, world.labels))
     t0 = time.perf_counter()
-    pred = np.asarray(predictor.predict(test_static), dtype=np.float64).reshape(-1)
+    pred = np.asarray(scored.call("predict", test_static), dtype=np.float64).reshape(-1)
     predict_s = time.perf_counter() - t0
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
@@ -125,21 +128,21 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         return {**static_metrics(true, values, groups, n_boot=n_boot, seed=seed, ci=ci,
                                  censored=censored), **counts, "length_cap": cap}
 
-    raw_variants = predictor.predict_variants(test_static)
+    raw_variants = scored.call("predict_variants", test_static)
     metrics: dict[str, Any] = {"static": score(pred, clipped), "dynamic": None, "variants": {}}
     for variant, values in raw_variants.items():
         metrics["variants"][variant] = score(*clean_predictions(
             values, name, f"predict_variants()[{variant!r}]", cap))
     distribution = None  # the static LengthDistribution, when the predictor has one
     if predictor.distributional:
-        distribution = _checked(predictor.predict_distribution(test_static), len(test), name,
+        distribution = _checked(scored.call("predict_distribution", test_static), len(test), name,
                                 "predict_distribution", "test rows")
         metrics["distribution"] = {
             "static": distribution_metrics(distribution, true, groups, censored, n_boot=n_boot,
                                            seed=seed, ci=ci), "dynamic": None}
     if predictor.dynamic_distributional:
         steps = test.steps
-        remaining = _checked(predictor.predict_remaining_distribution(test_hidden), len(steps),
+        remaining = _checked(scored.call("predict_remaining_distribution", test_hidden), len(steps),
                              name, "predict_remaining_distribution", "steps")
         metrics.setdefault("distribution", {"static": None})["dynamic"] = \
             dynamic_distribution_metrics(steps.row, steps.t, true, remaining, groups, censored,
@@ -153,7 +156,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if predictor.dynamic:
         steps = test.steps
         t0 = time.perf_counter()
-        rem = np.asarray(predictor.predict_remaining(test_hidden), dtype=np.float64).reshape(-1)
+        rem = np.asarray(scored.call("predict_remaining", test_hidden),
+                         dtype=np.float64).reshape(-1)
         step_s = time.perf_counter() - t0
         if rem.shape[0] != len(steps):
             raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
@@ -167,16 +171,17 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                                              censored=censored)
         metrics["dynamic"].update(rem_clipped)
         dynamic_errors = request_errors(steps.row, steps.t, true, rem, censored)
-        try:  # the estimate at step t must not read the response after y_{t+1}
-            result["causality"] = audit_causality(predictor, test_hidden)
-        except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
-            result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
-        if not result["causality"]["passed"]:
-            log.warning("%s: causality audit not passed (an estimate at step t must not change "
-                        "when the response after y_{t+1} does): %s", name, result["causality"])
         step_ms = 1000 * step_s / max(len(steps), 1)
         result["predictor"]["dynamic"] = True
         result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
+    try:  # no scored value may move when what the protocol hides from it changes
+        result["causality"] = audit_scored(scored, test_hidden, predictor.needs, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
+        result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+    if not result["causality"]["passed"]:
+        log.warning("%s: audit of the scored predictions not passed (a scored value changed when "
+                    "what the protocol hides from it did): %s", name,
+                    {k: result["causality"].get(k) for k in ("failed", "error")})
     result["metrics"] = metrics
     result["timings"] = {"fit_s": fit_s, "predict_s": predict_s,
                          "predict_ms_per_request": 1000 * predict_s / len(test),

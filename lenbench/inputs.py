@@ -28,7 +28,7 @@ The three views (the contract each predictor method is held to):
   `hidden(role, pooling)`), `sequence_token_ids(i)` (prompt + whole response) and `entropy(i)`
   over prompt + response, besides the static view's prompt side; `lengths`,
   `response_token_ids` and `steps.remaining` raise `LabelsHidden`. Causality is the predictor's
-  duty and is audited, not assumed (`lenbench/causality.py`): its estimate at step t may read the
+  duty and is audited, not assumed (`lenbench/audit.py`): its estimate at step t may read the
   prompt side, y_1 .. y_{t+1} (`sequence_token_ids(i)[:n + t + 1]`; y_{t+1} because a draft model
   reads the token the target just sampled, as OUTLETS/EAGLE-3 do), the step states of steps
   t' <= t and the entropies at positions 0 .. n-1+t; nothing after, and not the row's number of
@@ -143,7 +143,7 @@ class SplitView:
 
         Visible in the dynamic view of the scored split because the dynamic protocol walks the
         true response; a predictor must use it causally (its estimate at step t may read tokens
-        up to y_{t+1}, i.e. `[:n + t + 1]`), which lenbench.causality audits. The static view
+        up to y_{t+1}, i.e. `[:n + t + 1]`), which lenbench.audit audits. The static view
         (`predict()`) raises instead.
         """
         row = self._table.iloc[i]

@@ -82,8 +82,9 @@ class Predictor(abc.ABC):
     train and val SplitViews, labels included; `predict` and `predict_variants` get the scored
     split's StaticView (the prompt side, y_1 and the features declared in `needs`; nothing of
     the response); `predict_remaining` gets its dynamic view (the response walked step by step,
-    labels hidden), and the harness audits that the estimate at step t reads nothing after
-    y_{t+1} (lenbench/causality.py).
+    labels hidden), and the harness audits every scored method: fresh copies of the fitted
+    predictor must reproduce its outputs when what the protocol hides is changed (the estimate
+    at step t reads nothing after y_{t+1}; lenbench/audit.py).
     """
 
     needs: Needs = Needs()

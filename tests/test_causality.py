@@ -4,6 +4,8 @@ It passes the causal baselines (mlp_probe, plp, OUTLETS on a tiny random Llama),
 predictors that read the future in each of the ways the dynamic view allows (tokens after
 y_{t+1}, the number of tokens or steps of a row, later step states, later entropies), leaves the
 audited predictor and the random state as they were, and the leaderboard marks a failed audit.
+The perturbed view is the whole split with a few rows changed (lenbench/causality.py);
+tests/test_audit.py holds the predictors that cheat only where an audit might not look.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from helpers.worlds import synthetic_world
 from baselines.mlp_probe import MLPProbe
 from baselines.plp import PLP
 from lenbench import Needs, Predictor, TargetModel
-from lenbench.causality import audit_causality, perturbed_views
+from lenbench.audit import audit_causality
+from lenbench.causality import perturb
 from lenbench.inputs import SplitView
 
 
@@ -122,7 +125,8 @@ def test_causal_rules_pass_and_each_kind_of_peeking_fails(world) -> None:
     for causal in (ReadsNextToken(), ReadsEntropy()):
         result = audit_causality(causal, test)
         assert result["passed"] and result["max_abs_change"] == 0.0, (type(causal), result)
-        assert result["checked_rows"] == 8 and result["steps_compared"] >= 8
+        assert result["checked_rows"] == 16 and result["steps_compared"] >= 16
+        assert result["n_rows"] == len(test) and result["fresh_copies"]
     for cheat in (ReadsTokenAfterNext(), CountsTokens(), CountsSteps(), ReadsLastState(),
                   ReadsNextEntropy()):
         result = audit_causality(cheat, test)
@@ -136,32 +140,42 @@ def test_causal_rules_pass_and_each_kind_of_peeking_fails(world) -> None:
 
 def test_the_perturbation_keeps_what_step_c_allows_and_changes_the_rest(world) -> None:
     view = world["test"].hide_labels()
-    reference, perturbed, cuts = perturbed_views(view, n_rows=8, seed=3)
-    assert len(reference) == len(perturbed) == len(cuts) == 8
-    s0, s1 = reference.steps, perturbed.steps
-    changed_length = 0
-    for j, c in enumerate(cuts):
-        a, b = reference.sequence_token_ids(j), perturbed.sequence_token_ids(j)
-        n = reference.prompt_lengths[j]
+    pert = perturb(view, n_rows=16, seed=3)
+    changed = pert.view
+    assert len(changed) == len(view) and len(pert.rows) == len(pert.cuts) == 16
+    assert changed.group_ids.tolist() == view.group_ids.tolist()  # same rows, same order
+    s0, s1 = view.steps, changed.steps
+    for i in range(len(view)):
+        a, b = view.sequence_token_ids(i), changed.sequence_token_ids(i)
+        x0, x1 = s0.hidden("last")[s0.row == i], s1.hidden("last")[s1.row == i]
+        e0, e1 = view.entropy(i), changed.entropy(i)
+        n = view.prompt_lengths[i]
+        np.testing.assert_array_equal(view.hidden("last", "entropy")[i],
+                                      changed.hidden("last", "entropy")[i])
+        if i not in pert.rows:  # every other row exactly as it was
+            assert np.array_equal(a, b) and np.array_equal(x0, x1) and np.array_equal(e0, e1)
+            assert s0.t[s0.row == i].tolist() == s1.t[s1.row == i].tolist()
+            continue
+        j = int(np.flatnonzero(pert.rows == i)[0])
+        c = pert.cuts[j]
+        assert len(b) - n == pert.new_length[j] and len(a) - n == pert.old_length[j]
         assert np.array_equal(a[: n + c + 1], b[: n + c + 1])  # prompt, y_1 .. y_{c+1}
         m = min(len(a), len(b))
         assert (a[n + c + 1: m] != b[n + c + 1: m]).all()  # every later token differs
-        changed_length += len(a) != len(b)
-        assert len(b) <= max(len(reference.sequence_token_ids(k)) for k in range(8))
-        x0, x1 = s0.hidden("last")[s0.row == j], s1.hidden("last")[s1.row == j]
-        keep = s0.t[s0.row == j] <= c
+        keep = s0.t[s0.row == i] <= c
         assert np.array_equal(x0[keep], x1[: keep.sum()])
         same = np.isclose(x0[~keep][: len(x1) - keep.sum()], x1[keep.sum():][: (~keep).sum()])
         assert same.size == 0 or same.mean() < 0.05  # later states are noise
-        assert s1.t[s1.row == j].tolist() == list(range(len(b) - n))  # steps follow L'
-        e0, e1 = reference.entropy(j), perturbed.entropy(j)
+        assert s1.t[s1.row == i].tolist() == list(range(len(b) - n))  # steps follow L'
         assert np.array_equal(e0[: n + c], e1[: n + c]) and len(e1) == len(b)
-        np.testing.assert_array_equal(reference.hidden("last", "entropy")[j],
-                                      perturbed.hidden("last", "entropy")[j])
-    assert changed_length >= 6  # all but the longest row (kept, so padded shapes stay)
-    assert reference.first_response_tokens.tolist() == perturbed.first_response_tokens.tolist()
+    # lengths are traded in pairs: the split's sequence lengths (and step count) are unchanged
+    totals = [len(v.sequence_token_ids(i)) for v in (view, changed) for i in range(len(view))]
+    assert sorted(totals[: len(view)]) == sorted(totals[len(view):])
+    assert len(s0) == len(s1)
+    assert (pert.new_length != pert.old_length).sum() >= 14
+    assert view.first_response_tokens.tolist() == changed.first_response_tokens.tolist()
     with pytest.raises(Exception, match="hidden"):
-        _ = perturbed.lengths
+        _ = changed.lengths
 
 
 def test_audit_leaves_the_predictor_and_the_random_state_alone(world) -> None:
@@ -185,10 +199,11 @@ def test_a_predictor_that_breaks_on_the_perturbed_view_fails(world) -> None:
             return super().predict_remaining(split)
 
     pred = Fragile()
-    reference, _, _ = perturbed_views(world["test"], 8, 0)  # the audit's own draw (seed 0)
-    pred.seen = [reference.sequence_token_ids(i).tolist() for i in range(8)]
-    result = audit_causality(pred, world["test"])
+    test = world["test"]
+    pred.seen = [test.sequence_token_ids(i).tolist() for i in range(len(test))]
+    result = audit_causality(pred, test)
     assert result["passed"] is False and "IndexError: surprised" in result["error"]
+    assert result["failed"] == ["predict_remaining"]
 
 
 def test_mlp_probe_and_plp_pass(world) -> None:
@@ -233,7 +248,7 @@ def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:
     pred._scored = None
     assert len(np.unique(rem)) > len(rem) // 2  # estimates differ from step to step
     result = audit_causality(pred, test.hide_labels())
-    assert result["passed"] and result["checked_rows"] == 8, result
+    assert result["passed"] and result["checked_rows"] == 8, result  # every test row
     assert result["max_abs_change"] < 1e-3
     assert pred._scored is None  # the audit ran on a copy: report() still reads the real split
     # the same draft made to look one token further ahead is caught

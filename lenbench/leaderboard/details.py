@@ -19,6 +19,7 @@ from lenbench.leaderboard.rows import (
     _table,
     _time,
     is_number,
+    non_causal,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -127,8 +128,8 @@ def _observed_steps_table(rows: list[_Row]) -> list[str]:
     body = []
     for row, dyn in entries:
         cells = [_cell(row.label)]
-        if any((r.get("causality") or {}).get("passed") is False for r in row.results):
-            cells[0] += " (non-causal)"  # lenbench.causality: it reads the response's future
+        if non_causal(row.results):
+            cells[0] += " (non-causal)"
         for t in ts:
             vals = [at(d, "mae_by_observed_steps", t) for d in dyn]
             cells.append(_mean_std([float(v) for v in vals if is_number(v)]))

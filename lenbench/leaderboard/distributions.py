@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lenbench.leaderboard.plots import _save_png
-from lenbench.leaderboard.rows import DASH, _cell, _Row, _table
+from lenbench.leaderboard.rows import DASH, _cell, _Row, _table, non_causal
 from lenbench.metrics import paired_difference
 from lenbench.result_checks import is_number
 
@@ -126,7 +126,8 @@ def distribution_rows(rows: list[_Row]) -> list[DistRow]:
             continue
         with_static = [r for r in results if _part(r, "static")]
         pits = [_part(r, "static")["pit_histogram"] for r in with_static]
-        out.append(DistRow(row.label, False, len(results), _pooled(results, "static"),
+        label = f"{row.label} (non-causal)" if non_causal(row.results) else row.label
+        out.append(DistRow(label, False, len(results), _pooled(results, "static"),
                            _pooled(results, "dynamic"),
                            _paired_to_siblings(with_static, siblings) if with_static else None,
                            np.mean(pits, axis=0).tolist() if pits else None))

@@ -33,7 +33,9 @@ LEGEND = (
     "predictor cannot beat the "
     "true floor in expectation; one that reads y_1 (after prefill) knows more than the prompt. "
     "† at step t this predictor reads token y_{t+1} (an EAGLE-3 draft's input), one token more "
-    "than a probe on the target's state at n−1+t: its dynamic MAE uses more information."
+    "than a probe on the target's state at n−1+t: its dynamic MAE uses more information. "
+    "(non-causal): the audit of what was scored failed: a fresh copy of the fitted predictor did "
+    "not reproduce a scored value when what the protocol hides from it was changed."
 )
 
 
@@ -192,6 +194,12 @@ def _cell(text: Any, limit: int = 200) -> str:
     return s.replace("|", "\\|")
 
 
+def non_causal(results: Iterable[dict[str, Any]]) -> bool:
+    """True when the audit of what was scored (lenbench/audit.py) failed for one of `results`:
+    a scored value moved when what the protocol hides from it changed."""
+    return any((r.get("causality") or {}).get("passed") is False for r in results)
+
+
 def _row_cells(row: _Row) -> list[str]:
     cis = [(row.static(r) or {}).get("mae_ci") for r in row.results]
     cis = [c for c in cis if isinstance(c, list) and len(c) == 2]
@@ -208,8 +216,8 @@ def _row_cells(row: _Row) -> list[str]:
         name = f"*{name}* (ref)"
     if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
         name += " †"
-    if any((r.get("causality") or {}).get("passed") is False for r in row.results):
-        name += " (non-causal)"  # lenbench.causality: its dynamic estimates read the future
+    if non_causal(row.results):
+        name += " (non-causal)"
     if row.kind == "reference" and not isinstance(bounds, dict):
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
     if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
