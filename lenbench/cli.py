@@ -110,6 +110,13 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import label_import_cap, prepare_world
     from lenbench.runtime import configure_threads
+    from lenbench.transfer import (
+        attach_transfer,
+        check_transfer,
+        prepare_transfer,
+        transfer_noise_floor,
+        transfer_run_config,
+    )
 
     container = resolved_config(cfg)
     check_config(container)
@@ -125,10 +132,14 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         members = [] if worker else _predictor_configs(cfg)  # ${generation.max_new_tokens}
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
+    check_transfer(container, cap)  # a second prompt set (dataset@transfer=...), if any
     configure_threads(cfg.threads)
     progress = bool(cfg.progress)
     if worker:
         prepare_world(container, need_features=False, progress=progress, generate_only=True)
+        if container.get("transfer") is not None:  # the transfer set's shards too
+            prepare_world(transfer_run_config(container), need_features=False, progress=progress,
+                          generate_only=True)
         return []
     built: list[tuple[str, dict, Any]] = []  # a predictor, or the exception its constructor raised
     for name, pcfg in members:
@@ -142,6 +153,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     need_features = any(not isinstance(p, Exception) and p.needs.features for _, _, p in built)
     needs = [p.needs for _, _, p in built if not isinstance(p, Exception)]
     world = prepare_world(container, need_features=need_features, progress=progress, needs=needs)
+    tworld = None if container.get("transfer") is None else prepare_transfer(
+        container, world, need_features=need_features, progress=progress, needs=needs)
     results_dir = cfg.paths.results_dir
     written = []
     seed = int(cfg.seed)
@@ -151,6 +164,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             if isinstance(predictor, Exception):
                 raise predictor
             result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
+            if tworld is not None:
+                attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
+                                raise_on_error=bool(cfg.eval.raise_on_error))
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)
             result = failed_result(world, name, pcfg, run_cfg, seed, exc)
@@ -165,6 +181,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     if cfg.eval.noise_floor:
         ref = noise_floor_result(world, {**container, "predictor": {"name": "noise_floor"}}, seed)
         if ref is not None:
+            if tworld is not None:
+                ref["transfer"] = transfer_noise_floor(world, tworld, ref["config"])
             save(ref, results_dir)
             written.append(ref)
     _summary(written)
@@ -180,7 +198,11 @@ def _summary(results: list[dict[str, Any]]) -> None:
     for col in ("predictor", "status", "static MAE", "95% CI", "Kendall τ", "dynamic MAE",
                 "fit s"):
         table.add_column(col)
-    for r in results:
+    # the static MAE on the transfer set (dataset@transfer=...), when the run scored one
+    away = [((r.get("transfer") or {}).get("metrics") or {}).get("static") or {} for r in results]
+    if any(away):
+        table.add_column("transfer MAE")
+    for r, a in zip(results, away):
         m = r.get("metrics") or {}
         st, dy = m.get("static") or {}, m.get("dynamic") or {}
         ci = st.get("mae_ci")

@@ -55,6 +55,8 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
     identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval", "sim")
                 if k in cfg}
     identity.update(predictor=predictor_cfg, seed=seed)
+    if cfg.get("transfer") is not None:  # a run that also scores a transfer set: a file of its own
+        identity["transfer"] = cfg["transfer"]
     return {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",

@@ -23,6 +23,10 @@ contract between a run and everything that reads it later. Shape of a result::
     fingerprints    {labels, features}  content hashes of the data scored (lenbench.fingerprints;
                     absent in files written before they existed)
     scheduling      {...}                            optional, free-form
+    transfer        optional (lenbench.transfer): {trained_on, scored_on: {name, key, keys,
+                    fingerprints, ...}, metrics: {static, dynamic} | null, predictions, error}
+                    the fitted predictor scored on a second prompt set (null on a reference
+                    whose transfer set has no prompt with two exact samples)
     config          resolved config dict
     environment     environment_info()
     git             git_info()
@@ -174,6 +178,24 @@ def _check_dynamic(m: Any, field: str, source: str) -> None:
         raise fail(source, f"{field}.mae_by_progress", "should hold numbers or nulls")
 
 
+def _check_transfer(t: Any, source: str) -> None:
+    """The transfer block names both prompt sets and holds scores or the error that stopped
+    them."""
+    check_type(t, "transfer", source, "object")
+    for side in ("trained_on", "scored_on"):
+        check_type(get_field(t, f"{side}.name", source, "transfer"), f"transfer.{side}.name",
+                   source, "str")
+    metrics = t.get("metrics")
+    if metrics is None:
+        check_type(get_field(t, "error", source, "transfer"), "transfer.error", source, "object")
+        return
+    check_type(metrics, "transfer.metrics", source, "object")
+    _check_static(get_field(metrics, "static", source, "transfer.metrics"),
+                  "transfer.metrics.static", source)
+    if metrics.get("dynamic") is not None:
+        _check_dynamic(metrics["dynamic"], "transfer.metrics.dynamic", source)
+
+
 def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
     """Check a loaded result against the schema and return it; raise ResultError naming the field.
 
@@ -238,6 +260,8 @@ def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
     check_distribution_fields(d, source)  # metrics.distribution, predictions.quantiles
     if d.get("scheduling") is not None:
         check_type(d["scheduling"], "scheduling", source, "object")
+    if d.get("transfer") is not None:
+        _check_transfer(d["transfer"], source)
     if d.get("report") is not None:
         check_type(d["report"], "report", source, "object")
     return d

@@ -71,6 +71,7 @@ class LenbenchConfig:
 
     paths: Any = None
     dataset: Any = None
+    transfer: Any = None       # a second prompt set to score on (docs/protocol.md, "Transfer")
     model: Any = None
     generation: Any = None
     features: Any = None

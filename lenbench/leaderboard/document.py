@@ -28,6 +28,7 @@ from lenbench.leaderboard.rows import (
     is_number,
 )
 from lenbench.leaderboard.scheduling import _scheduling_section
+from lenbench.leaderboard.transfer import _transfer_section
 from lenbench.results import load_results, safe_name
 from lenbench.stages import atomic_write_bytes
 
@@ -215,6 +216,7 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
     lines += _distributions_section(rows, out_dir, stem, written, title)
     lines += _details_section(rows)
     lines += _scheduling_section(ok, out_dir, stem, written, title)
+    lines += _transfer_section(ok, reference, MIN_RANKING_PROMPTS)
     return lines
 
 
