@@ -1,28 +1,22 @@
-"""Scores of predicted length distributions: pinball loss, interval coverage and width, CRPS, PIT.
+"""Summaries of predicted length distributions: means of the per-row scores with bootstrap
+intervals, static and dynamic, and the sibling reference.
 
-A point estimate's MAE says nothing about whether a predictor knows how uncertain it is; these
-scores do. Every one is computed per row first (``row_scores``), then averaged, with a bootstrap
-interval over *prompts* (``metrics.bootstrap_ratio_ci``, as for the MAE), so rows of one prompt are
-resampled together.
+The per-row scores (pinball loss, interval coverage and width, threshold-weighted CRPS, PIT) are
+defined in ``lenbench.distribution_scores``; every row is scored, right-censored ones included,
+with each predicted distribution clipped to ``[1, cap]`` as point predictions are. Each score is
+averaged over rows, with a bootstrap interval over *prompts* (``metrics.bootstrap_ratio_ci``, as
+for the MAE), so rows of one prompt are resampled together; the PIT values are pooled into a
+histogram of ``PIT_BINS`` equal bins.
 
-- **Pinball loss** at level q: ``q (L - Q(q))`` when ``L >= Q(q)``, else ``(1 - q)(Q(q) - L)``;
-  reported per level of ``QUANTILE_LEVELS`` and as their mean.
-- **Central intervals**: the 50% interval is [Q(0.25), Q(0.75)], the 80% one [Q(0.1), Q(0.9)];
-  coverage is the share of rows with ``Q(lo) <= L <= Q(hi)`` (ends included, lengths are integers)
-  and width the mean of ``Q(hi) - Q(lo)``.
-- **CRPS** ``∫ (F(x) - 1{x >= L})² dx``, in tokens (a point mass at x scores |x - L|). A histogram
-  (uniform mass in each bin) is scored exactly, segment by segment. Quantile form is scored through
-  its quantile function, CRPS = 2 ∫_0^1 pinball_τ(L, Q(τ)) dτ, by the midpoint rule on
-  ``CRPS_GRID`` equal cells of τ; the quantile function is piecewise linear, so the only error is
-  in the cells where Q crosses L (well under 0.1% of the value).
-- **PIT**: the mid-PIT ``(F(L - 1) + F(L)) / 2``, which treats the integer length L as the bin
-  (L - 1, L] of the predicted distribution and needs no random draw, so every number recomputes
-  from the result file. A calibrated predictor's PIT values are uniform on [0, 1] (for lengths
-  spread over many tokens); the histogram uses ``PIT_BINS`` equal bins.
-
-**Censored rows are excluded**, not scored: a right-censored length is only a lower bound, and a
-coverage or PIT value against it would be a guess. ``n_censored_excluded`` counts them; because they
-are the longest answers, the scored rows lean short (the run header says how many went).
+Besides the means, a summary says what it covers and how censoring was handled: ``n`` rows (or
+steps and requests), ``n_censored`` of them censored, ``threshold`` (the upper end T of the
+weighted CRPS, null when unweighted), and what clipping moved: ``n_clipped_low`` and
+``n_clipped_high`` (rows whose distribution put mass below 1 or above the cap) and
+``clipped_mass`` (the mean probability mass moved). ``coverage_50`` / ``coverage_80`` are the
+shares certainly covered, ``coverage_50_high`` / ``coverage_80_high`` add the undecidable
+censored rows, and ``coverage_50_nominal`` / ``coverage_80_nominal`` are what a calibrated
+predictor covers of its clipped intervals; ``pinball_mean`` is a lower bound when rows are
+censored.
 """
 
 from __future__ import annotations
@@ -31,69 +25,28 @@ from typing import Any
 
 import numpy as np
 
+from lenbench.distribution_scores import (
+    CRPS_GRID,
+    INTERVALS,
+    clip_counts,
+    crps,
+    pinball,
+    pit,
+    row_scores,
+    score_threshold,
+)
 from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.metrics import _group_ids, _request_means, _rows_by_group, bootstrap_ratio_ci
 from lenbench.noise_floor import siblings_of_each
 
 __all__ = ["CRPS_GRID", "INTERVALS", "PIT_BINS", "crps", "distribution_metrics",
            "dynamic_distribution_metrics", "pinball", "pit", "pit_histogram", "row_scores",
-           "sibling_distributions"]
+           "score_threshold", "sibling_distributions"]
 
-INTERVALS = {"50": (0.25, 0.75), "80": (0.1, 0.9)}  # name -> (lower level, upper level)
-CRPS_GRID = 400  # cells of τ for the quantile-form CRPS
 PIT_BINS = 10
-_CHUNK = 4096  # rows per block of the CRPS computation
 # the reference's quantile grid: fine enough that its piecewise-linear form follows the
 # siblings' step CDF to within 1/200 of probability
 SIBLING_LEVELS = tuple(np.arange(1, 200) / 200)
-
-
-def pinball(dist: LengthDistribution, true, levels=QUANTILE_LEVELS) -> np.ndarray:
-    """(n, len(levels)) pinball loss of each row's quantile at each level."""
-    levels = np.asarray(levels, dtype=np.float64)
-    diff = np.asarray(true, dtype=np.float64).reshape(-1, 1) - dist.quantile(levels)
-    return np.maximum(levels * diff, (levels - 1.0) * diff)
-
-
-def crps(dist: LengthDistribution, true) -> np.ndarray:
-    """(n,) CRPS of each row against its true length (exact for histograms; see the module)."""
-    true = np.asarray(true, dtype=np.float64).reshape(-1)
-    cells = (np.arange(CRPS_GRID) + 0.5) / CRPS_GRID
-    out = np.empty(true.size)
-    for start in range(0, true.size, _CHUNK):  # blocks of rows: bounded memory
-        rows = np.arange(start, min(start + _CHUNK, true.size))
-        part = dist.take(rows)
-        out[rows] = _histogram_crps(part, true[rows]) if dist.is_histogram else \
-            2.0 * pinball(part, true[rows], cells).mean(axis=1)
-    return out
-
-
-def _sq_integral(a: np.ndarray, b: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """∫ u² over an interval of `width` where u runs linearly from a to b."""
-    return width * (a * a + a * b + b * b) / 3.0
-
-
-def _histogram_crps(dist: LengthDistribution, true: np.ndarray) -> np.ndarray:
-    """Exact CRPS of a piecewise-linear CDF (uniform mass per bin): each bin is split at L, the
-    part below integrates F², the part above (F - 1)²; outside the edges F is 0 or 1."""
-    e = dist.edges
-    cum = np.concatenate([np.zeros((len(dist), 1)), np.cumsum(dist.probs, axis=1)], axis=1)
-    cum[:, -1] = 1.0
-    y = true[:, None]
-    a, b = e[None, :-1], e[None, 1:]
-    c0, c1 = cum[:, :-1], cum[:, 1:]
-    cut = np.clip(y, a, b)  # where L splits the bin (an end when L lies outside it)
-    cy = c0 + (c1 - c0) * (cut - a) / (b - a)
-    below = _sq_integral(c0, cy, cut - a)
-    above = _sq_integral(cy - 1.0, c1 - 1.0, b - cut)
-    tails = np.maximum(e[0] - true, 0.0) + np.maximum(true - e[-1], 0.0)
-    return (below + above).sum(axis=1) + tails
-
-
-def pit(dist: LengthDistribution, true) -> np.ndarray:
-    """(n,) mid-PIT (F(L - 1) + F(L)) / 2 of each row's integer length L."""
-    true = np.asarray(true, dtype=np.float64).reshape(-1)
-    return 0.5 * (dist.cdf(true - 1.0) + dist.cdf(true))
 
 
 def pit_histogram(values, n_bins: int = PIT_BINS) -> list[float]:
@@ -105,21 +58,8 @@ def pit_histogram(values, n_bins: int = PIT_BINS) -> list[float]:
     return (np.bincount(idx, minlength=n_bins) / values.size).tolist()
 
 
-def row_scores(dist: LengthDistribution, true) -> dict[str, np.ndarray]:
-    """Per-row scores: ``pinball`` (n, Q) at QUANTILE_LEVELS, ``pinball_mean``, ``crps``,
-    ``pit``, and ``coverage_50``/``width_50``, ``coverage_80``/``width_80``."""
-    true = np.asarray(true, dtype=np.float64).reshape(-1)
-    loss = pinball(dist, true)
-    out = {"pinball": loss, "pinball_mean": loss.mean(axis=1), "crps": crps(dist, true),
-           "pit": pit(dist, true)}
-    for name, (lo, hi) in INTERVALS.items():
-        q = dist.quantile([lo, hi])
-        out[f"coverage_{name}"] = ((q[:, 0] <= true) & (true <= q[:, 1])).astype(np.float64)
-        out[f"width_{name}"] = q[:, 1] - q[:, 0]
-    return out
-
-
-_MEANS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
+_MEANS = ("pinball_mean", "crps", "coverage_50", "coverage_50_high", "coverage_50_nominal",
+          "width_50", "coverage_80", "coverage_80_high", "coverage_80_nominal", "width_80")
 
 
 def _summary(scores: dict[str, np.ndarray], gid: np.ndarray, n_boot: int, seed: int,
@@ -145,57 +85,70 @@ def _check(dist: Any, n: int, what: str) -> None:
         raise ValueError(f"{what} has {len(dist)} rows for {n} scored rows")
 
 
-def distribution_metrics(dist: LengthDistribution, true, groups, censored=None,
-                         n_boot: int = 1000, seed: int = 0, ci: float = 0.95
-                         ) -> dict[str, Any] | None:
-    """Static distribution scores over the uncensored rows (censored ones are counted in
-    ``n_censored_excluded``), each mean with a bootstrap interval over prompts; None when every
-    row is censored."""
+def _flags(censored, n: int, what: str) -> np.ndarray:
+    cens = np.zeros(n, bool) if censored is None else np.asarray(censored, dtype=bool).reshape(-1)
+    if cens.size != n:
+        raise ValueError(f"{what}: censored has {cens.size} flags for {n} rows")
+    return cens
+
+
+def _clipping(dist: LengthDistribution, cap) -> dict[str, Any]:
+    counts = clip_counts(dist, cap)
+    return {"n_clipped_low": int(counts["low"].sum()), "n_clipped_high": int(counts["high"].sum()),
+            "clipped_mass": float(counts["mass"].mean()) if counts["mass"].size else 0.0}
+
+
+def distribution_metrics(dist: LengthDistribution, true, groups, censored=None, cap=None,
+                         threshold: float | None = None, n_boot: int = 1000, seed: int = 0,
+                         ci: float = 0.95) -> dict[str, Any] | None:
+    """Static distribution scores over every row, censored ones included (scored as
+    ``distribution_scores`` says, with each distribution clipped to [1, `cap`]), each mean with
+    a bootstrap interval over prompts; None when there is no row."""
     true = np.asarray(true, dtype=np.float64).reshape(-1)
     _check(dist, true.size, "distribution_metrics: the distribution")
     gid = _group_ids(groups, true.size, "distribution_metrics")
-    cens = np.zeros(true.size, bool) if censored is None else \
-        np.asarray(censored, dtype=bool).reshape(-1)
-    keep = ~cens
-    if not keep.any():  # every row censored: nothing to score (the point metrics still are)
+    cens = _flags(censored, true.size, "distribution_metrics")
+    if true.size == 0:
         return None
-    scores = row_scores(dist.take(keep), true[keep])
-    gid = np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
-    return {"n": int(keep.sum()), "n_prompts": int(gid.max() + 1),
-            "n_censored_excluded": int(cens.sum()), **_summary(scores, gid, n_boot, seed, ci)}
+    top = score_threshold(cap, true, cens, threshold)
+    scores = row_scores(dist, true, cens, cap, top, seed)
+    return {"n": int(true.size), "n_prompts": int(np.unique(gid).size),
+            "n_censored": int(cens.sum()), "threshold": top, **_clipping(dist, cap),
+            **_summary(scores, gid, n_boot, seed, ci)}
 
 
 def dynamic_distribution_metrics(step_row, step_t, lengths, dist: LengthDistribution, groups,
-                                 censored=None, n_boot: int = 1000, seed: int = 0,
+                                 censored=None, cap=None, threshold: float | None = None,
+                                 n_boot: int = 1000, seed: int = 0,
                                  ci: float = 0.95) -> dict[str, Any] | None:
-    """Remaining-length distribution scores: at step t the truth is L - t; each score is averaged
-    over a request's steps first, then over requests (as the dynamic MAE is), with a bootstrap
-    interval over prompts. Steps of censored rows are excluded and counted; None when no step
-    is left."""
+    """Remaining-length distribution scores: at step t the truth is L - t (a lower bound on a
+    censored row), the cap is ``cap - t`` and the weighted CRPS's end ``T - t``; each score is
+    averaged over a request's steps first, then over requests (as the dynamic MAE is), with a
+    bootstrap interval over prompts. Every step is scored; None when there is none."""
     step_row = np.asarray(step_row).reshape(-1).astype(np.int64)
-    step_t = np.asarray(step_t).reshape(-1).astype(np.int64)
+    step_t = np.asarray(step_t).reshape(-1).astype(np.float64)
     lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
     _check(dist, step_row.size, "dynamic_distribution_metrics: the distribution")
     gid = _group_ids(groups, lengths.size, "dynamic_distribution_metrics")
-    cens = np.zeros(lengths.size, bool) if censored is None else \
-        np.asarray(censored, dtype=bool).reshape(-1)
-    keep = ~cens[step_row]
-    if not keep.any():  # no uncensored step: nothing to score
+    cens = _flags(censored, lengths.size, "dynamic_distribution_metrics")
+    if step_row.size == 0:
         return None
-    rows = step_row[keep]
-    steps = row_scores(dist.take(keep), lengths[rows] - step_t[keep])
-    per_request = {k: np.stack([_request_means(rows, col, lengths.size)
+    top = score_threshold(cap, lengths, cens, threshold)
+    step_cap = None if cap is None else float(cap) - step_t
+    steps = row_scores(dist, lengths[step_row] - step_t, cens[step_row], step_cap,
+                       None if top is None else top - step_t, seed + 1)
+    per_request = {k: np.stack([_request_means(step_row, col, lengths.size)
                                 for col in v.T], axis=1) if v.ndim == 2
-                   else _request_means(rows, v, lengths.size) for k, v in steps.items()
+                   else _request_means(step_row, v, lengths.size) for k, v in steps.items()
                    if k != "pit"}
     scored = np.isfinite(per_request["crps"])
     per_request = {k: v[scored] for k, v in per_request.items()}
     per_request["pit"] = steps["pit"]  # the PIT histogram pools steps: one value per forecast
     r_gid = np.unique(gid[scored], return_inverse=True)[1].reshape(-1)
-    return {"n_steps": int(keep.sum()), "n_requests": int(scored.sum()),
-            "n_prompts": int(r_gid.max() + 1),
-            "n_censored_excluded": int((~keep).sum()),
-            **_summary(per_request, r_gid, n_boot, seed, ci)}
+    return {"n_steps": int(step_row.size), "n_requests": int(scored.sum()),
+            "n_prompts": int(r_gid.max() + 1), "n_censored": int((cens & scored).sum()),
+            "n_censored_steps": int(cens[step_row].sum()), "threshold": top,
+            **_clipping(dist, step_cap), **_summary(per_request, r_gid, n_boot, seed, ci)}
 
 
 def sibling_distributions(lengths, groups) -> tuple[LengthDistribution | None, np.ndarray]:

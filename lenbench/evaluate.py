@@ -21,6 +21,7 @@ from lenbench.distribution_metrics import (
     distribution_metrics,
     dynamic_distribution_metrics,
     row_scores,
+    score_threshold,
     sibling_distributions,
 )
 from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
@@ -140,20 +141,15 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         distribution = _checked(scored.call("predict_distribution", test_static), len(test), name,
                                 "predict_distribution", "test rows")
         metrics["distribution"] = {
-            "static": distribution_metrics(distribution, true, groups, censored, n_boot=n_boot,
-                                           seed=seed, ci=ci), "dynamic": None}
+            "static": distribution_metrics(distribution, true, groups, censored, cap,
+                                           n_boot=n_boot, seed=seed, ci=ci), "dynamic": None}
     if predictor.dynamic_distributional:
         steps = test.steps
         remaining = _checked(scored.call("predict_remaining_distribution", test_hidden), len(steps),
                              name, "predict_remaining_distribution", "steps")
         metrics.setdefault("distribution", {"static": None})["dynamic"] = \
             dynamic_distribution_metrics(steps.row, steps.t, true, remaining, groups, censored,
-                                         n_boot=n_boot, seed=seed, ci=ci)
-    asked = {"static": predictor.distributional, "dynamic": predictor.dynamic_distributional}
-    for part, value in (metrics.get("distribution") or {}).items():
-        if value is None and asked[part]:
-            log.warning("%s: no uncensored %s row to score its predicted distribution on; "
-                        "metrics.distribution.%s is null", name, part, part)
+                                         cap, n_boot=n_boot, seed=seed, ci=ci)
     step_ms = None
     if predictor.dynamic:
         steps = test.steps
@@ -197,7 +193,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["predictions"]["dynamic_error"] = [None if np.isnan(e) else float(e)
                                                   for e in dynamic_errors]
     if distribution is not None:
-        result["predictions"].update(distribution_predictions(distribution, true, censored))
+        result["predictions"].update(distribution_predictions(distribution, true, censored, cap,
+                                                              seed))
     sim = group_settings(cfg, "sim")
     if sim["enabled"]:
         result["scheduling"] = schedule(
@@ -217,18 +214,17 @@ def _checked(dist, n: int, name: str, method: str, what: str) -> LengthDistribut
     return dist
 
 
-def distribution_predictions(dist: LengthDistribution, true: np.ndarray,
-                             censored: np.ndarray) -> dict[str, Any]:
+def distribution_predictions(dist: LengthDistribution, true: np.ndarray, censored: np.ndarray,
+                             cap: float | None, seed: int,
+                             threshold: float | None = None) -> dict[str, Any]:
     """Per-row figures that the distribution metrics are means of: the quantiles at
-    QUANTILE_LEVELS and each row's CRPS and PIT (null for censored rows, which are not scored)."""
-    scores = row_scores(dist, true)
-
-    def per_row(v):
-        return [None if c else float(x) for x, c in zip(v, censored)]
-
-    return {"quantile_levels": list(QUANTILE_LEVELS),
-            "quantiles": dist.quantile(QUANTILE_LEVELS).tolist(),
-            "crps": per_row(scores["crps"]), "pit": per_row(scores["pit"])}
+    QUANTILE_LEVELS, clipped to [1, cap] as scored, and each row's CRPS and PIT (a censored row's
+    PIT is its seeded draw), computed as `distribution_metrics` computes them."""
+    scores = row_scores(dist, true, censored, cap,
+                        score_threshold(cap, true, censored, threshold), seed)
+    quantiles = np.clip(dist.quantile(QUANTILE_LEVELS), 1.0, np.inf if cap is None else cap)
+    return {"quantile_levels": list(QUANTILE_LEVELS), "quantiles": quantiles.tolist(),
+            "crps": scores["crps"].tolist(), "pit": scores["pit"].tolist()}
 
 
 def length_cap(cfg: dict) -> int | None:
@@ -299,16 +295,18 @@ def noise_floor_result(world: World, cfg: dict,
     `static` scores the pessimistic leave-one-out rule (each sample predicted by the median of its
     prompt's other samples); `noise_floor` holds both bounds (`noise_floor.noise_floor_bounds`);
     `distribution` scores its distributional twin, the empirical distribution of the prompt's
-    other samples (`distribution_metrics.sibling_distributions`). It is
-    scored on the uncensored rows of prompts with at least two of them, which `static.n` records.
+    other samples (`distribution_metrics.sibling_distributions`). It is scored on the rows of
+    prompts with at least two samples, censored ones included (at their cut-off, scored as the
+    predictors' are), which `static.n` records.
     `seed` is ignored: the reference does not depend on the predictors' seed, so a sweep writes it
     once.
     """
     ev = group_settings(cfg, "eval")
     _, _, test = views(world)
-    # a censored length is only a lower bound: the floor is estimated on the exact ones
-    exact = ~world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
-    true, groups = test.lengths[exact], test.group_ids[exact]
+    # censored samples count at their cut-off, scored as lower bounds (noise_floor.py)
+    censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
+    true, groups = test.lengths.astype(np.float64), test.group_ids
+    cap = length_cap(cfg)
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None  # one sample per prompt: nothing to estimate from
@@ -318,23 +316,27 @@ def noise_floor_result(world: World, cfg: dict,
                            "in-sample (optimistic) to leave-one-out (pessimistic)"})
     result["metrics"] = {
         "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
-                                 ci=ci),
-        "noise_floor": noise_floor_bounds(true, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
-                                          ci=ci),
+                                 ci=ci, censored=censored),
+        "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot,
+                                          seed=NOISE_FLOOR_SEED, ci=ci),
         "dynamic": None, "variants": {}}
+    # the predictors' CRPS threshold (from every test row), so that the paired rows score alike
+    threshold = score_threshold(cap, true, censored)
     siblings, has = sibling_distributions(true, groups)
-    if siblings is not None:  # the same rows as the floor: prompts with two exact samples
+    if siblings is not None:  # the same rows as the floor: prompts with two samples
         result["metrics"]["distribution"] = {
-            "static": distribution_metrics(siblings, true[has], groups[has], n_boot=n_boot,
-                                           seed=NOISE_FLOOR_SEED, ci=ci), "dynamic": None}
+            "static": distribution_metrics(siblings, true[has], groups[has], censored[has], cap,
+                                           threshold, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
+                                           ci=ci), "dynamic": None}
     keep = np.isfinite(pred)
     result["timings"] = {"fit_s": 0.0, "predict_s": 0.0, "predict_ms_per_request": None,
                          "predict_ms_per_step": None, "n_parameters": None}
     result["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),
-                             "prompt_id": [str(g) for g in groups[keep]]}
+                             "prompt_id": [str(g) for g in groups[keep]],
+                             "censored": censored[keep].tolist()}
     if siblings is not None:
-        result["predictions"].update(distribution_predictions(siblings, true[has],
-                                                              np.zeros(int(has.sum()), bool)))
+        result["predictions"].update(distribution_predictions(
+            siblings, true[has], censored[has], cap, NOISE_FLOOR_SEED, threshold))
     return result
 
 

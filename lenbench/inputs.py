@@ -170,6 +170,15 @@ class SplitView:
         self._check_visible()
         return self._table["L"].to_numpy()
 
+    @property
+    def censored(self) -> np.ndarray:
+        """Whether each row's L is right-censored (cut at the cap: the true length is at least
+        L); all False for labels without the flag. Hidden where the lengths are."""
+        self._check_visible()
+        if "censored" not in self._table:
+            return np.zeros(len(self), bool)
+        return self._table["censored"].to_numpy(dtype=bool)
+
     def _store(self) -> FeatureStore:
         if self._features is None:
             raise RuntimeError("this predictor reads hidden states but declared none: set "
@@ -346,6 +355,10 @@ class StaticView:
     @property
     def lengths(self) -> np.ndarray:
         self._hidden_from_predict("lengths")
+
+    @property
+    def censored(self) -> np.ndarray:
+        self._hidden_from_predict("censored (a censored row's L is the cap)")
 
     @property
     def response_token_ids(self) -> list[list[int]]:

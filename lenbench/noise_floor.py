@@ -1,5 +1,12 @@
 """The noise floor: the error of knowing each prompt's median length, the best a prompt-only
 predictor can do when one prompt has many possible lengths (docs/protocol.md, "The noise floor").
+
+Censored samples are used, not dropped. A sample cut off at the cap is known to be at least its
+recorded length, and the point metrics score a prediction against it by its shortfall only
+(``metrics.censored_error``); the floor is the least expected error of that same score. A
+prompt's median is known when fewer than half of its samples are censored; otherwise it lies at
+or beyond the cut-off, and a prediction there, clipped to the cap as every prediction is, is the
+cap itself, whose error is known. Both bounds below therefore hold with censored samples in them.
 """
 
 from __future__ import annotations
@@ -8,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.metrics import _group_ids, _rows_by_group, bootstrap_ratio_ci
+from lenbench.metrics import _group_ids, _rows_by_group, bootstrap_ratio_ci, censored_error
 
 
 def siblings_of_each(values: np.ndarray) -> np.ndarray:
@@ -35,41 +42,59 @@ def noise_floor_predictions(lengths: np.ndarray, groups: np.ndarray) -> np.ndarr
     return out
 
 
-def _per_prompt_median(lengths: np.ndarray, gid: np.ndarray) -> np.ndarray:
-    """Each row's prompt median, the row itself included."""
+def _in_sample_errors(lengths: np.ndarray, cens: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Each row's error at its prompt's best single prediction: the p that minimises the prompt's
+    summed censored error (``censored_error``). Without censoring that is the sample median. The
+    sum is convex and piecewise linear with kinks at the recorded lengths, so the best p is one
+    of them."""
     out = np.empty(lengths.size)
     for rows in _rows_by_group(gid):
-        out[rows] = np.median(lengths[rows])
+        x, c = lengths[rows], cens[rows]
+        err = np.abs(censored_error(x[:, None], x[None, :], c[None, :]))  # candidate p x row
+        out[rows] = err[np.argmin(err.sum(axis=1))]
     return out
 
 
-def noise_floor_bounds(lengths: np.ndarray, groups: np.ndarray, n_boot: int = 1000,
-                       seed: int = 0, ci: float = 0.95) -> dict[str, Any] | None:
+def noise_floor_bounds(lengths: np.ndarray, groups: np.ndarray, censored: np.ndarray | None = None,
+                       n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+                       ) -> dict[str, Any] | None:
     """Bounds on the irreducible MAE: the error of knowing each prompt's true median length.
 
-    With k samples per prompt the true median is unknown. The sample median *including* the row
-    minimises the in-sample absolute error, so it scores at most what the true median would
-    (optimistic: a lower bound); the median of the *other* samples is independent of the row, and
-    the true median minimises the expected error against it, so it scores at least as much
-    (pessimistic: an upper bound; exactly twice the in-sample error at k = 2). The floor lies
-    between them; ``interval`` joins the lower end of the in-sample bootstrap interval to the
-    upper end of the leave-one-out one (prompts resampled). Prompts with one sample are left out
-    (``n`` counts the rows used). None when no prompt has two samples.
+    With k samples per prompt the true median is unknown. The prediction that minimises the
+    prompt's own summed error (its sample median when nothing is censored) scores at most what
+    the true median would (optimistic: a lower bound); the median of the *other* samples'
+    recorded lengths is independent of the row, and the true median (clipped to the cap)
+    minimises the expected error against it, so it scores at least as much (pessimistic: an upper
+    bound; exactly twice the in-sample error at k = 2). Censored rows (``censored``) count with
+    the point metrics' censored error. The floor lies between the bounds; ``interval`` joins the
+    lower end of the in-sample bootstrap interval to the upper end of the leave-one-out one
+    (prompts resampled). Prompts with one sample are left out (``n`` counts the rows used,
+    ``n_censored`` the censored ones among them; ``n_prompts_median_censored`` the prompts with
+    at least half their samples censored, whose median is only known to lie at or beyond the
+    cut-off). None when no prompt has two samples.
     """
     lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
     gid = _group_ids(groups, lengths.size, "noise_floor_bounds")
+    cens = np.zeros(lengths.size, bool) if censored is None else \
+        np.asarray(censored, dtype=bool).reshape(-1)
+    if cens.size != lengths.size:
+        raise ValueError(f"noise_floor_bounds: censored has {cens.size} flags for "
+                         f"{lengths.size} rows")
     sizes = np.bincount(gid)
     keep = sizes[gid] >= 2
     if not keep.any():
         return None
-    lengths, gid = lengths[keep], np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
+    lengths, cens = lengths[keep], cens[keep]
+    gid = np.unique(gid[keep], return_inverse=True)[1].reshape(-1)
     counts = np.bincount(gid).astype(np.float64)
-    in_err = np.abs(lengths - _per_prompt_median(lengths, gid))
-    loo_err = np.abs(lengths - noise_floor_predictions(lengths, gid))
+    in_err = _in_sample_errors(lengths, cens, gid)
+    loo_err = np.abs(censored_error(noise_floor_predictions(lengths, gid), lengths, cens))
     in_ci = bootstrap_ratio_ci(np.bincount(gid, weights=in_err), counts, n_boot, seed, ci)
     loo_ci = bootstrap_ratio_ci(np.bincount(gid, weights=loo_err), counts, n_boot, seed, ci)
+    half_censored = 2 * np.bincount(gid, weights=cens.astype(np.float64)) >= counts
     return {
-        "n": int(lengths.size), "n_prompts": int(counts.size),
+        "n": int(lengths.size), "n_prompts": int(counts.size), "n_censored": int(cens.sum()),
+        "n_prompts_median_censored": int(half_censored.sum()),
         "in_sample": float(in_err.mean()), "in_sample_ci": in_ci,
         "leave_one_out": float(loo_err.mean()), "leave_one_out_ci": loo_ci,
         "interval": None if in_ci is None or loo_ci is None else [in_ci[0], loo_ci[1]],

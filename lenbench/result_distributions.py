@@ -2,8 +2,15 @@
 
 A distributional run adds ``metrics.distribution`` ({static, dynamic}, each a
 ``distribution_metrics`` summary or null) and, per test row, ``predictions.quantiles`` (one list of
-values at ``predictions.quantile_levels`` per row), ``predictions.crps`` and ``predictions.pit``
-(null for censored rows). The leaderboard reads these, so a broken one is reported by field.
+values at ``predictions.quantile_levels`` per row, clipped to [1, cap] as scored),
+``predictions.crps`` and ``predictions.pit`` (a censored row's PIT is its seeded draw; files
+written before censored rows were scored hold null there). A summary holds, besides the means:
+``n`` (steps: ``n_steps``, ``n_requests``), ``n_censored`` (steps: also ``n_censored_steps``),
+``threshold`` (the weighted CRPS's upper end), ``n_clipped_low``, ``n_clipped_high``,
+``clipped_mass``, and per interval ``coverage_*_high`` (censored rows that neither rule decides
+counted as covered) and ``coverage_*_nominal`` (what a calibrated predictor covers of the clipped
+intervals); ``lenbench.distribution_metrics`` defines them. These and ``n_censored_excluded``
+(older files) are optional. The leaderboard reads these, so a broken one is reported by field.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from typing import Any
 from lenbench.result_checks import check_type, fail, get_field, is_number
 
 _NUMBERS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
+_OPTIONAL = ("coverage_50_high", "coverage_50_nominal", "coverage_80_high", "coverage_80_nominal",
+             "clipped_mass")
 
 
 def _check_summary(m: Any, field: str, source: str) -> None:
@@ -24,6 +33,9 @@ def _check_summary(m: Any, field: str, source: str) -> None:
         if ci is not None and not (isinstance(ci, list) and len(ci) == 2
                                    and all(map(is_number, ci))):
             raise fail(source, f"{field}.{key}_ci", f"should be [low, high] or null, got {ci!r}")
+    for key in _OPTIONAL:
+        if key in m:
+            check_type(m[key], f"{field}.{key}", source, "number")
     hist = get_field(m, "pit_histogram", source, field)
     check_type(hist, f"{field}.pit_histogram", source, "list")
     if not all(map(is_number, hist)):

@@ -95,26 +95,32 @@ def test_cdf_inverts_the_quantile_function_with_tied_quantiles() -> None:
     assert d.quantile([0.2, 0.4])[0].tolist() == pytest.approx([3.5, 5.0])
 
 
-def test_metrics_exclude_censored_rows_and_bootstrap_by_prompt() -> None:
+def test_metrics_score_censored_rows_and_bootstrap_by_prompt() -> None:
     d = LengthDistribution.from_quantiles(LEVELS, [[10, 20, 30, 40, 50]] * 4)
+    # row 2 is cut at the cap, 100: every row is scored, the censored one included
     m = distribution_metrics(d, [30, 35, 100, 30], ["a", "a", "b", "c"],
-                             censored=[False, False, True, False], n_boot=200)
-    assert (m["n"], m["n_prompts"], m["n_censored_excluded"]) == (3, 2, 1)
-    assert m["coverage_50"] == 1.0 and m["coverage_50_ci"] == [1.0, 1.0]
-    # row CRPS values are scored per row; prompt a's two rows are resampled together
-    row = crps(d, [30, 35, 30])
+                             censored=[False, False, True, False], cap=100, n_boot=200)
+    assert (m["n"], m["n_prompts"], m["n_censored"], m["threshold"]) == (4, 3, 1, 100.0)
+    # the censored row's 50% interval [20, 40] ends below its cut-off: certainly not covered
+    assert m["coverage_50"] == m["coverage_50_high"] == 0.75
+    # its CRPS is the integral over [1, 100) of F², known although its length is not
+    row = crps(d, [30, 35, 100, 30], 1.0, 100.0)
     assert m["crps"] == pytest.approx(row.mean())
+    # its pinball loss is the lower bound q (c - Q): the loss at the cut-off, as Q < c
+    assert m["pinball_mean"] == pytest.approx(pinball(d, [30, 35, 100, 30]).mean())
     low, high = m["crps_ci"]
-    # two prompts: a replicate is a, c or both: its mean lies between c's and a's
-    assert min(row[2], row[:2].mean()) - 1e-9 <= low <= high <= max(row[2], row[:2].mean()) + 1e-9
-    assert distribution_metrics(d.take([0]), [5], ["a"], censored=[True]) is None
+    # three prompts: each replicate's mean lies between the smallest and largest prompt mean
+    means = [row[:2].mean(), row[2], row[3]]
+    assert min(means) - 1e-9 <= low <= high <= max(means) + 1e-9
 
 
-def test_nothing_to_score_when_every_row_is_censored() -> None:
-    # a small run with keep_censored can censor every test row: the point metrics still score
-    # them as lower bounds, the distribution ones have nothing and say so with None
+def test_a_run_whose_rows_are_all_censored_is_still_scored() -> None:
+    # a small run with keep_censored can censor every test row: the point metrics score them
+    # as lower bounds, and so do the distribution ones
     dist = LengthDistribution.from_quantiles([0.1, 0.5, 0.9], [[1, 2, 3], [4, 5, 6]])
     censored = np.array([True, True])
-    assert distribution_metrics(dist, [2, 5], [0, 1], censored) is None
-    assert dynamic_distribution_metrics([0, 1], [0, 0], [2, 5], dist, [0, 1], censored) is None
-    assert distribution_metrics(dist, [2, 5], [0, 1], np.array([True, False]))["n"] == 1
+    static = distribution_metrics(dist, [2, 5], [0, 1], censored, cap=5)
+    assert (static["n"], static["n_censored"]) == (2, 2)
+    dyn = dynamic_distribution_metrics([0, 1], [0, 0], [2, 5], dist, [0, 1], censored, cap=5)
+    assert (dyn["n_steps"], dyn["n_requests"], dyn["n_censored"]) == (2, 2, 2)
+    assert distribution_metrics(dist.take([]), [], [], cap=5) is None

@@ -1,6 +1,7 @@
 """evaluate_predictor on a small in-process world with a distributional predictor: the result
 carries the distribution metrics and per-row quantiles they recompute from, censored rows are
-left out and counted, and the noise floor carries the sibling reference."""
+scored with the rest (as the point metrics score them), and the noise floor carries the sibling
+reference."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import json
 
 import numpy as np
 import pytest
-from helpers.worlds import CFG, STRIDE, WIDTH, TrainQuantiles, make_world
+from helpers.worlds import CAP, CFG, STRIDE, WIDTH, TrainQuantiles, make_world
 
 from lenbench import QUANTILE_LEVELS, LengthDistribution, Predictor
 from lenbench.evaluate import evaluate_predictor, noise_floor_result, save
 from lenbench.results import validate_result
 
 
-def _uniform_crps(y: np.ndarray) -> np.ndarray:
-    """CRPS of U(0, WIDTH) at y in [0, WIDTH]: (y³ + (WIDTH - y)³) / (3 WIDTH²)."""
-    return (y ** 3 + (WIDTH - y) ** 3) / (3 * WIDTH ** 2)
+def _uniform_crps(r: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """∫_1^top (F(x) - 1{x >= r})² dx for F uniform on [0, WIDTH], r in [1, top]."""
+    w2 = 3 * WIDTH ** 2
+    return (r ** 3 - 1) / w2 + ((top - WIDTH) ** 3 - (r - WIDTH) ** 3) / w2
 
 
 def test_distribution_fields_recompute_from_the_result(tmp_path) -> None:
@@ -30,30 +32,50 @@ def test_distribution_fields_recompute_from_the_result(tmp_path) -> None:
     q = np.asarray(preds["quantiles"])
     train_q = np.quantile(world.labels.loc[world.rows("train"), "L"], QUANTILE_LEVELS)
     assert preds["quantile_levels"] == list(QUANTILE_LEVELS)
-    assert np.allclose(q, train_q)  # every row, censored ones included
-    # censored rows are excluded from the scores, and counted
-    assert static["n_censored_excluded"] == cens.sum() > 0
-    assert static["n"] == (~cens).sum()
-    assert [preds["crps"][i] is None for i in range(true.size)] == cens.tolist()
-    t, qq = true[~cens], q[~cens]
-    assert static["coverage_80"] == pytest.approx(np.mean((qq[:, 0] <= t) & (t <= qq[:, 4])))
+    assert np.allclose(q, train_q)  # every row, censored ones included (all inside [1, cap])
+    # every row is scored, the censored ones (cut at the cap) included: the point metrics' rows
+    assert static["n"] == true.size == result["metrics"]["static"]["n"]
+    assert static["n_censored"] == cens.sum() == result["metrics"]["static"]["n_censored"] > 0
+    assert static["threshold"] == CAP and (true[cens] == CAP).all()
+    assert all(c is not None for c in preds["crps"]) and all(v is not None for v in preds["pit"])
+    # a censored row is covered when the interval reaches the cap, as the 80% one does here
+    # (a fifth of the train rows sit at the cap): it then holds 90% of the predicted mass
+    assert train_q[4] == CAP
+    covered = (q[:, 0] <= true) & (true <= q[:, 4])
+    assert covered[cens].all()
+    assert static["coverage_80"] == static["coverage_80_high"] == pytest.approx(covered.mean())
+    assert static["coverage_80_nominal"] == pytest.approx(0.9)
+    assert static["coverage_50_nominal"] == pytest.approx(0.5)
     assert static["width_50"] == pytest.approx(train_q[3] - train_q[1])
+    # pinball: exact on uncensored rows, the lower bound q (c - Q)+ on censored ones (here the
+    # same expression, as every quantile lies below the cap)
     levels = np.asarray(QUANTILE_LEVELS)
-    d = t[:, None] - qq
+    d = true[:, None] - q
     assert static["pinball_mean"] == pytest.approx(np.maximum(levels * d, (levels - 1) * d).mean())
-    # CRPS as the integral over x of (F(x) - 1{x >= L})², F read off the quantile function
-    xs = np.linspace(0.0, 300.0, 30001)
+    # CRPS as the integral over [1, cap) of (F(x) - 1{x >= L})², F read off the quantile
+    # function: the censored rows' integrand is F² alone
+    xs = np.linspace(1.0, CAP, 30001)
     grid_f = np.interp(xs, train_q, levels, left=0.0, right=1.0)
     grid_f[xs >= train_q[-1]] = 1.0
-    by_x = [np.trapezoid((grid_f - (xs >= y)) ** 2, xs) for y in t]
+    by_x = [np.trapezoid((grid_f - (xs >= y)) ** 2, xs) for y in true]
     assert static["crps"] == pytest.approx(np.mean(by_x), rel=2e-3)
-    assert static["crps"] == pytest.approx(np.mean([c for c in preds["crps"] if c is not None]))
-    # dynamic: uniform on [0, WIDTH] against L - t, averaged per request first
+    assert static["crps"] == pytest.approx(np.mean(preds["crps"]))
+    # a censored row's PIT is a draw over [F(c - 1), 1]; F(c - 1) on the 0.75 -> 0.9 segment
+    below = 0.75 + 0.15 * (CAP - 1 - train_q[3]) / (train_q[4] - train_q[3])
+    drawn = np.asarray(preds["pit"])[cens]
+    assert (drawn >= below - 1e-12).all() and (drawn <= 1).all() and np.ptp(drawn) > 0
+    # dynamic: uniform on [0, WIDTH] against L - t, clipped to [1, cap - t] and weighted over
+    # [1, cap - t); averaged per request first, censored requests included
     dyn = result["metrics"]["distribution"]["dynamic"]
-    per_request = [_uniform_crps(L - np.arange(0, L, STRIDE)).mean() for L in t.astype(int)]
+    per_request = []
+    for L in true.astype(int):
+        t = np.arange(0, L, STRIDE)
+        per_request.append(_uniform_crps(L - t, CAP - t).mean())
     assert dyn["crps"] == pytest.approx(np.mean(per_request))
-    assert dyn["n_requests"] == (~cens).sum()
-    assert dyn["n_censored_excluded"] == sum(len(range(0, int(L), STRIDE)) for L in true[cens])
+    assert dyn["n_requests"] == true.size and dyn["n_censored"] == cens.sum()
+    assert dyn["n_censored_steps"] == sum(len(range(0, int(L), STRIDE)) for L in true[cens])
+    # the histogram reaches past the cap at every step: clipped and counted
+    assert dyn["n_clipped_high"] == dyn["n_steps"] and dyn["n_clipped_low"] == dyn["n_steps"]
     path = save(result, tmp_path)
     validate_result(json.loads(path.read_text()), str(path))
 

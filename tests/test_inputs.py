@@ -100,6 +100,9 @@ def test_dynamic_view_hides_the_labels(labels, store):
         _ = hidden.steps.remaining
     with pytest.raises(LabelsHidden):
         _ = hidden.response_token_ids
+    with pytest.raises(LabelsHidden):  # a censored row's L is the cap: the flag is a label
+        _ = hidden.censored
+    assert test.censored.tolist() == [False, False]  # labels without the column: none censored
     assert hidden.prompts == test.prompts
     assert hidden.hidden("mid")[:, 0].tolist() == [10, 30]
     assert hidden.steps.t.tolist() == [0, 0, 1]
@@ -128,7 +131,7 @@ def test_static_view_holds_the_prompt_side(labels, store):
     # distribution's (the one y_1 was sampled from); row 3 starts at token 17 (5 + 4 + 8)
     assert static.entropy(1).tolist() == list(range(17, 22))
     assert len(static.entropy(0)) == 3
-    for name in ("lengths", "response_token_ids", "steps"):
+    for name in ("lengths", "censored", "response_token_ids", "steps"):
         with pytest.raises(LabelsHidden, match="static view, which allows prompts"):
             getattr(static, name)
     with pytest.raises(LabelsHidden, match="predict_remaining"):

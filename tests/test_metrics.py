@@ -230,6 +230,54 @@ def test_noise_floor_bounds_by_hand() -> None:
     assert noise_floor_bounds(np.array([1, 2]), np.array([0, 1])) is None
 
 
+def test_noise_floor_bounds_with_censored_samples_by_hand() -> None:
+    """Prompt a: 10 and 50 cut at the cap of 50 -> any prediction in [10, 50] errs 40 in all
+    (10 short of nothing above 50 is known): in-sample 20 per row; each row predicted by the
+    other errs 40. Prompt b: 10, 20, 50 (cut) -> best p = 20 (10 + 0 + 30); the others' medians
+    35, 30, 15 err 25, 10, 35 (the cut row only by its shortfall)."""
+    lengths = np.array([10, 50, 10, 20, 50])
+    groups = np.array(["a", "a", "b", "b", "b"])
+    cens = np.array([False, True, False, False, True])
+    b = noise_floor_bounds(lengths, groups, cens, n_boot=0)
+    assert b["in_sample"] == pytest.approx((40 + 40) / 5)
+    assert b["leave_one_out"] == pytest.approx((40 + 40 + 25 + 10 + 35) / 5)
+    assert (b["n"], b["n_censored"], b["n_prompts_median_censored"]) == (5, 2, 1)
+
+
+def _capped_world(n_prompts: int, k: int, seed: int):
+    """_discrete_world's prompts with every sample above the cap recorded at the cap and
+    flagged, the cap set so that 40% of samples are cut. The true floor under the point
+    metrics' censored score: per prompt, E|min(L, cap) - min(median, cap)| (a prediction at or
+    above a cut length errs 0, a shorter one its shortfall), from the known distributions."""
+    rng = np.random.default_rng(seed)
+    grid = np.arange(1, 600)
+    dists, samples = [], []
+    for _ in range(n_prompts):
+        mu, sigma = rng.uniform(2.5, 5.0), rng.uniform(0.2, 0.9)
+        p = np.exp(-((np.log(grid) - mu) ** 2) / (2 * sigma**2)) / grid
+        p /= p.sum()
+        dists.append(p)
+        samples.append(rng.choice(grid, size=k, p=p))
+    lengths = np.concatenate(samples)
+    cap = float(np.quantile(lengths, 0.6))
+    floors = []
+    for p in dists:
+        median = grid[np.searchsorted(np.cumsum(p), 0.5)]
+        floors.append(float(np.sum(p * np.abs(np.minimum(grid, cap) - min(median, cap)))))
+    groups = np.repeat(np.arange(n_prompts), k)
+    return np.minimum(lengths, cap), groups, lengths >= cap, float(np.mean(floors))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_the_noise_floor_holds_with_censored_samples(k: int) -> None:
+    lengths, groups, cens, floor = _capped_world(400, k, seed=k)
+    assert 0.35 < cens.mean() < 0.45
+    b = noise_floor_bounds(lengths, groups, cens, n_boot=500, seed=0)
+    assert b["in_sample"] < floor < b["leave_one_out"], (b, floor)
+    assert b["interval"][0] < floor < b["interval"][1]
+    assert b["n"] == 400 * k and b["n_censored"] == cens.sum()
+
+
 def test_paired_difference_is_narrower_than_unpaired() -> None:
     """Two predictors with a shared per-prompt difficulty: b is better by 1 token per row."""
     rng = np.random.default_rng(0)

@@ -136,6 +136,7 @@ def draft_for(target, seqs, **choices) -> DraftModel:
 # an in-process World and a distributional predictor (tests/test_evaluate_distributions.py)
 
 WIDTH = 1000.0  # the remaining-length histogram: uniform on [0, WIDTH]
+CAP = 300  # make_world's length cap
 STRIDE = 7  # steps t = 0, 7, 14, ... < L
 
 
@@ -169,15 +170,18 @@ class TrainQuantiles(Predictor):
 
 
 def make_world(n_samples: int, censor_every: int = 0) -> World:
+    """90 prompts of `n_samples` rows, lengths 10..209; every `censor_every`-th row is cut at the
+    cap (CFG's max_new_tokens), as a run records it: L at the cap, flagged censored."""
     rows = []
     for p in range(90):
         for s in range(n_samples):
             i = len(rows)
+            cut = bool(censor_every and i % censor_every == 0)
             rows.append({"prompt_id": f"p{p}", "sample_idx": s,
                          "split": ("train", "val", "test")[p % 3], "family": "", "text": "",
                          "prompt_token_ids": [1, 2], "output_token_ids": [],
-                         "L": 10 + (p * 37 + s * 53) % 200, "finish_reason": "stop",
-                         "censored": bool(censor_every and i % censor_every == 0)})
+                         "L": CAP if cut else 10 + (p * 37 + s * 53) % 200,
+                         "finish_reason": "length" if cut else "stop", "censored": cut})
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     test = labels[labels["split"] == "test"]
     return World(labels=labels, features=StepStore(labels["L"].to_numpy()), generation_card={},
@@ -189,4 +193,4 @@ def make_world(n_samples: int, censor_every: int = 0) -> World:
 
 
 CFG = {"dataset": {"name": "w"}, "eval": {"n_boot": 50}, "sim": {"enabled": False},
-       "generation": {"max_new_tokens": 300}}
+       "generation": {"max_new_tokens": CAP}}
