@@ -78,3 +78,47 @@ def test_no_section_without_distributional_results(tmp_path) -> None:
     assert distribution_rows(rows) == []
     board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
     assert "### Distributions" not in board and not list((tmp_path / "board").glob("*-pit.png"))
+
+
+def test_censored_rows_are_counted_scored_and_said(tmp_path) -> None:
+    """A world whose every fifth row is cut at the cap: predictors and siblings score those rows
+    (the Rows column and the lines under the table say how many, and how), the pinball loss is
+    marked a lower bound, and the 80% interval, which reaches the cap, shows its nominal share."""
+    res = tmp_path / "results"
+    world = make_world(2, censor_every=5)
+    mine = evaluate_predictor(TrainQuantiles(), "tq", {"name": "tq"}, world, CFG, 0)
+    floor = noise_floor_result(world, CFG)
+    save(mine, res)
+    save(floor, res)
+    static = mine["metrics"]["distribution"]["static"]
+    n, cens = static["n"], static["n_censored"]
+    assert cens > 0 and n == mine["metrics"]["static"]["n"]
+    sib = floor["metrics"]["distribution"]["static"]
+    assert sib["n_censored"] > 0  # two samples per prompt: the siblings score every row too
+    rows, _ = _build_rows(load_results(res)[0])
+    tq, ref = distribution_rows(rows)
+    assert tq.delta_crps["n"] == sib["n"]  # paired on every row both score, censored included
+    board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
+    section = board.split("### Distributions")[1]
+    cells = next(line for line in section.splitlines() if line.startswith("| tq |")).split(" | ")
+    dyn = mine["metrics"]["distribution"]["dynamic"]
+    assert cells[1] == f"{n} ({cens}); dyn. {dyn['n_requests']} ({dyn['n_censored']})"
+    assert cells[2].startswith("≥ ")
+    assert f"(nominal {100 * static['coverage_80_nominal']:.1f}%)" in cells[7]
+    assert static["coverage_80_nominal"] > 0.8
+    assert (f"tq: {n} rows (every test row), {cens} of them censored and scored from their "
+            "cut-off (the CRPS weighted to [1, 300)") in board
+    assert (f"*siblings* (ref): {sib['n']} rows (the rows of prompts with at least two "
+            f"samples), {sib['n_censored']} of them censored") in board
+    assert "for a row censored at c, a seeded uniform draw over [F(c-1), 1]" in board
+    assert "or exceed it where lengths tie" in board
+
+
+def test_undecided_coverage_shows_as_a_range() -> None:
+    from lenbench.leaderboard.distributions import _coverage
+
+    m = {"coverage_80": 0.61, "coverage_80_high": 0.74, "coverage_80_ci": [0.55, 0.67],
+         "coverage_80_high_ci": [0.69, 0.79], "coverage_80_nominal": 0.8}
+    assert _coverage(m, "80") == "61.0–74.0% [55.0, 79.0]"
+    m.update(coverage_80_high=0.61, coverage_80_nominal=0.853)
+    assert _coverage(m, "80") == "61.0% [55.0, 67.0] (nominal 85.3%)"

@@ -102,7 +102,8 @@ def test_one_noise_floor_row_with_its_bounds(tmp_path: Path) -> None:
     for seed in (0, 1, 2):  # older runs wrote one per predictor seed
         f = result("noise_floor", true, true + 1, ids, seed=seed, kind="reference")
         f["metrics"]["noise_floor"] = {"in_sample": 12.7, "leave_one_out": 18.8,
-                                       "interval": [11.0, 21.0], "n": 70, "n_prompts": 35}
+                                       "interval": [11.0, 21.0], "n": 70, "n_prompts": 35,
+                                       "n_censored": 6}
         f["created_at"] = f"2025-01-0{seed + 1}T00:00:00Z"
         floors.append(f)
     res = write(tmp_path / "res", *floors, result("mlp_probe", true, true + 5, ids))
@@ -110,7 +111,8 @@ def test_one_noise_floor_row_with_its_bounds(tmp_path: Path) -> None:
     rows = table_rows(board)
     floor = rows["*noise_floor* (ref)"]
     assert floor[1] == "12.7 – 18.8" and floor[2] == "[11.0, 21.0]" and floor[-1] == "1"
-    assert "*noise_floor* is scored on 70 of the 80 test rows (the uncensored rows of 35" in board
+    assert ("*noise_floor* is scored on 70 of the 80 test rows (the rows of 35 prompts with at "
+            "least two samples, 6 of them censored)") in board
 
 
 def test_clipping_and_a_small_split_are_said(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """The "Distributions" section: how well distributional predictors know their own uncertainty.
 
-Per world, one row per predictor whose results carry ``metrics.distribution`` (mean pinball loss,
-CRPS, central 50% and 80% interval coverage and width, each with its bootstrap interval over
-prompts; bounds and values are means over seeds), a paired CRPS difference to the sibling
-reference (the empirical distribution of each prompt's other samples, written with the noise
-floor), and a PIT-histogram plot, one line per predictor.
+Per world, one row per predictor whose results carry ``metrics.distribution`` (the rows scored
+and how many are censored, mean pinball loss, CRPS, central 50% and 80% interval coverage and
+width, each with its bootstrap interval over prompts; bounds and values are means over seeds), a
+paired CRPS difference to the sibling reference (the empirical distribution of each prompt's other
+samples, written with the noise floor), and a PIT-histogram plot, one line per predictor. Lines
+under the table state each row's population, how censored rows were scored, and what clipping
+to [1, cap] moved.
 """
 
 from __future__ import annotations
@@ -21,25 +23,44 @@ from lenbench.leaderboard.rows import DASH, _cell, _Row, _table, non_causal
 from lenbench.metrics import paired_difference
 from lenbench.result_checks import is_number
 
-_KEYS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
-_HEADER = ["Predictor", "Mean pinball", "CRPS", "Δ CRPS vs siblings", "50% coverage",
-           "50% width", "80% coverage", "80% width", "Dyn. CRPS", "Dyn. 80% coverage", "Seeds"]
+_KEYS = ("pinball_mean", "crps", "coverage_50", "coverage_50_high", "coverage_50_nominal",
+         "width_50", "coverage_80", "coverage_80_high", "coverage_80_nominal", "width_80", "n",
+         "n_requests", "n_censored", "n_clipped_low", "n_clipped_high", "clipped_mass",
+         "threshold")
+_HEADER = ["Predictor", "Rows (censored)", "Mean pinball", "CRPS", "Δ CRPS vs siblings",
+           "50% coverage", "50% width", "80% coverage", "80% width", "Dyn. CRPS",
+           "Dyn. 80% coverage", "Seeds"]
 CAPTION = (
     "Scores of predicted length distributions, in tokens except coverage (static: total length; "
-    "dynamic: remaining length, averaged per request first). Mean pinball: the pinball loss "
-    "averaged over the levels 0.1, 0.25, 0.5, 0.75, 0.9. CRPS: the continuous ranked "
-    "probability score (lower is better; a point prediction scores its absolute error). 50% / "
-    "80%: the central intervals [Q(0.25), Q(0.75)] and [Q(0.1), Q(0.9)]; a calibrated predictor "
-    "covers 50% / 80% of the true lengths, and the narrower the better at that coverage. "
-    "[brackets]: bootstrap 95% intervals over prompts, bounds averaged over seeds. Δ CRPS vs "
-    "siblings: this predictor's CRPS minus the sibling reference's on the same rows, with a "
-    "paired bootstrap interval over prompts, **bold** where it excludes 0. *siblings* (ref) is "
-    "the empirical distribution of each prompt's other samples (leave-one-out): with few samples "
-    "per prompt it is too narrow and coarse (one sibling is a point mass), so its coverage falls "
-    "short of nominal and its CRPS overstates the best a prompt-only predictor can reach. "
-    "Censored rows are not scored. The plot shows each predictor's PIT histogram (the mid-PIT "
-    "(F(L-1) + F(L)) / 2 of the true length L): flat at 1 when calibrated, U-shaped when "
-    "overconfident, peaked in the middle when too wide."
+    "dynamic: remaining length, averaged per request first). Every scored row counts, censored "
+    "ones included: Rows gives how many (requests for the dynamic scores), and in parentheses "
+    "how many were cut at the length cap, whose true length is only known to be at least the "
+    "cap. Each distribution is first clipped to [1, cap], as point predictions are: its mass "
+    "beyond the cap sits at the cap and stands for \"the cap or beyond\". Mean pinball: the "
+    "pinball loss averaged over the levels 0.1, 0.25, 0.5, 0.75, 0.9; ≥ marks a lower bound, as "
+    "a censored row's loss is counted at the least it can be, q (c − Q) for a quantile Q below "
+    "its cut-off c. CRPS: the continuous ranked probability score weighted to [1, cap) "
+    "(threshold-weighted), which a censored row decides exactly, as its length lies beyond the "
+    "range (lower is better; a point prediction within the cap scores its absolute error). "
+    "50% / 80%: the central intervals [Q(0.25), Q(0.75)] and [Q(0.1), Q(0.9)], ends included. "
+    "A censored row is covered when its interval reaches the cap and missed when it ends below; "
+    "a range a–b% appears only when rows were cut below the cap, which neither rule decides "
+    "(counted missed, then covered). A calibrated predictor covers its nominal share: the level "
+    "itself, or more where intervals reach the cap and so also hold the mass beyond it "
+    "(nominal, when it differs); the narrower the better at that coverage. [brackets]: "
+    "bootstrap 95% intervals over prompts, bounds averaged over seeds. Δ CRPS vs siblings: this "
+    "predictor's CRPS minus the sibling reference's on the rows both score, with a paired "
+    "bootstrap interval over prompts, **bold** where it excludes 0. *siblings* (ref) is the "
+    "empirical distribution of each prompt's other samples (leave-one-out; a censored sibling "
+    "at its cut-off), scored on the rows of prompts with at least two samples: with few samples "
+    "per prompt it is too narrow and coarse (one sibling is a point mass), so its coverage can "
+    "fall short of nominal, or exceed it where lengths tie (a length equal to a sibling's lies "
+    "on the interval's end, which counts as covered), and its CRPS overstates the best a "
+    "prompt-only predictor can reach. The plot shows each predictor's PIT histogram: the "
+    "mid-PIT (F(L-1) + F(L)) / 2 of an exact length L and, for a row censored at c, a seeded "
+    "uniform draw over [F(c-1), 1], where a calibrated predictor's PIT of the unseen length "
+    "lies (leaving censored rows out would empty the top bins); flat at 1 when calibrated, "
+    "U-shaped when overconfident, peaked in the middle when too wide."
 )
 
 
@@ -76,17 +97,16 @@ def _pooled(results: list[dict[str, Any]], part: str) -> dict[str, Any]:
 
 
 def _row_crps(r: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(CRPS, prompt ids, true lengths) of the rows the sibling reference scores too: the
-    uncensored rows of prompts with at least two of them."""
+    """(CRPS, prompt ids, true lengths) of the rows the sibling reference scores too: the rows,
+    censored ones included, of prompts with at least two samples (files written before censored
+    rows were scored hold null there, and pair on the rest)."""
     p = r.get("predictions") or {}
     if not all(k in p for k in ("crps", "prompt_id", "true")):
         return None
     ids = np.asarray(p["prompt_id"])
     true = np.asarray(p["true"], dtype=np.float64)
-    exact = ~np.asarray(p.get("censored") or np.zeros(ids.size), dtype=bool)
-    _, inverse, counts = np.unique(ids[exact], return_inverse=True, return_counts=True)
-    keep = np.zeros(ids.size, bool)
-    keep[np.flatnonzero(exact)[counts[inverse] >= 2]] = True
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    keep = counts[inverse.reshape(-1)] >= 2
     crps = np.array([np.nan if v is None else v for v in p["crps"]], dtype=np.float64)
     return crps[keep], ids[keep], true[keep]
 
@@ -154,6 +174,38 @@ def _value(m: dict[str, Any], key: str, percent: bool = False) -> str:
     return text if ci is None else f"{text} [{scale * ci[0]:.1f}, {scale * ci[1]:.1f}]"
 
 
+def _rows(m: dict[str, Any], key: str = "n") -> str:
+    """How many rows (or requests) a part scored, and how many of them are censored."""
+    n, cens = m.get(key), m.get("n_censored")
+    if n is None:
+        return DASH
+    return f"{n:.0f}" if cens is None else f"{n:.0f} ({cens:.0f})"
+
+
+def _pinball(m: dict[str, Any]) -> str:
+    """The mean pinball loss, marked ≥ where censored rows make it a lower bound."""
+    text = _value(m, "pinball_mean")
+    return f"≥ {text}" if text != DASH and (m.get("n_censored") or 0) > 0 else text
+
+
+def _coverage(m: dict[str, Any], name: str) -> str:
+    """Coverage in percent: a range where censored rows cut below the cap left it undecided
+    (the lower bound's interval joined to the upper's), and the nominal share where clipping
+    moved it off the level."""
+    key = f"coverage_{name}"
+    low, high, nominal = m.get(key), m.get(f"{key}_high"), m.get(f"{key}_nominal")
+    if low is None or high is None or abs(high - low) < 5e-4:
+        text = _value(m, key, True)
+    else:
+        ci_low, ci_high = m.get(f"{key}_ci"), m.get(f"{key}_high_ci")
+        text = f"{100 * low:.1f}–{100 * high:.1f}%"
+        if ci_low and ci_high:
+            text += f" [{100 * ci_low[0]:.1f}, {100 * ci_high[1]:.1f}]"
+    if text != DASH and nominal is not None and abs(nominal - int(name) / 100) >= 5e-4:
+        text += f" (nominal {100 * nominal:.1f}%)"
+    return text
+
+
 def _delta(d: dict[str, Any] | None) -> str:
     if d is None:
         return DASH
@@ -165,11 +217,43 @@ def _delta(d: dict[str, Any] | None) -> str:
 
 def distribution_cells(d: DistRow) -> list[str]:
     name = f"*{_cell(d.label)}* (ref)" if d.reference else _cell(d.label)
-    return [name, _value(d.static, "pinball_mean"), _value(d.static, "crps"),
+    rows = _rows(d.static)
+    if d.dynamic.get("n_requests") is not None:
+        rows = f"{rows}; dyn. {_rows(d.dynamic, 'n_requests')}"
+    return [name, rows, _pinball(d.static), _value(d.static, "crps"),
             "(reference)" if d.reference else _delta(d.delta_crps),
-            _value(d.static, "coverage_50", True), _value(d.static, "width_50"),
-            _value(d.static, "coverage_80", True), _value(d.static, "width_80"),
-            _value(d.dynamic, "crps"), _value(d.dynamic, "coverage_80", True), str(d.seeds)]
+            _coverage(d.static, "50"), _value(d.static, "width_50"),
+            _coverage(d.static, "80"), _value(d.static, "width_80"),
+            _value(d.dynamic, "crps"), _coverage(d.dynamic, "80"), str(d.seeds)]
+
+
+def _population_lines(data: list[DistRow]) -> list[str]:
+    """Who was scored and how: each row's population (predictors alike are listed together),
+    the censored rows' cut-off, and what clipping to [1, cap] moved (means per seed)."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for d in data:
+        key = tuple(d.static.get(k) for k in ("n", "n_censored", "threshold")) + (d.reference,)
+        if key[0] is not None:
+            groups.setdefault(key, []).append("*siblings* (ref)" if d.reference else d.label)
+    parts = []
+    for (n, cens, top, reference), labels in groups.items():
+        where = ("the rows of prompts with at least two samples" if reference
+                 else "every test row")
+        text = f"{', '.join(labels)}: {n:.0f} rows ({where}), {cens or 0:.0f} of them censored"
+        if cens and top is not None:
+            text += (f" and scored from their cut-off (the CRPS weighted to [1, {top:.0f}), "
+                     "coverage and PIT as below, pinball as a lower bound)")
+        parts.append(text)
+    out = ["Scored rows: " + "; ".join(parts) + "."] if parts else []
+    clipped = [f"{d.label} ({d.static['n_clipped_low'] or 0:.0f} below 1, "
+               f"{d.static['n_clipped_high'] or 0:.0f} above the cap; "
+               f"{100 * (d.static.get('clipped_mass') or 0):.1f}% of the mass)"
+               for d in data if not d.reference
+               and (d.static.get("n_clipped_low") or d.static.get("n_clipped_high"))]
+    if clipped:
+        out.append("Distributions clipped to [1, cap] before scoring (rows per seed whose "
+                   "predicted mass reached beyond): " + "; ".join(clipped) + ".")
+    return [line for text in out for line in (text, "")]
 
 
 def _pit_plot(data: list[DistRow], path: Path, title: str) -> bool:
@@ -207,7 +291,7 @@ def _distributions_section(rows: list[_Row], out_dir: Path, stem: str, written: 
         return []
     table = _table(_HEADER, [":---"] + ["---:"] * (len(_HEADER) - 1),
                    [distribution_cells(d) for d in data])
-    lines = ["### Distributions", "", table, "", CAPTION, ""]
+    lines = ["### Distributions", "", table, "", *_population_lines(data), CAPTION, ""]
     plot = out_dir / f"{stem}-pit.png"
     if _pit_plot(data, plot, title):
         written.add(plot)

@@ -129,7 +129,9 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
         n = int(censored[0]["metrics"]["static"]["n_censored"])
         notes.append(f"{n} test rows are right-censored (cut off at the length cap): a "
                      "prediction at or above the cut-off scores 0 there, a shorter one its "
-                     "shortfall; rank correlations use the uncensored rows.")
+                     "shortfall (remaining lengths L − t likewise); rank correlations use the "
+                     "uncensored rows. The noise floor and the distribution scores score these "
+                     "rows too.")
     clipped = []
     for row in rows:
         if row.variant is not None or row.kind != "predictor":
@@ -148,9 +150,11 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
         bounds = (row.results[0].get("metrics") or {}).get("noise_floor") or {}
         n_test = (row.results[0].get("dataset") or {}).get("n_test")
         if is_number(bounds.get("n")) and bounds["n"] != n_test:
+            cens = (f", {bounds['n_censored']} of them censored"
+                    if is_number(bounds.get("n_censored")) else "")
             notes.append(f"*{row.label}* is scored on {bounds['n']} of the {n_test} test rows "
-                         f"(the uncensored rows of {bounds['n_prompts']} prompts with at least "
-                         "two of them).")
+                         f"(the rows of {bounds['n_prompts']} prompts with at least two "
+                         f"samples{cens}).")
     return [line for note in notes for line in (note, "")]
 
 
