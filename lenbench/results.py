@@ -14,7 +14,10 @@ contract between a run and everything that reads it later. Shape of a result::
     config_hash     str  (config_hash() of the resolved config, seed included)
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
                      variants: {name: static_metrics()}, distribution: optional
-                     {static, dynamic} (lenbench.result_distributions)}
+                     {static, dynamic} (lenbench.result_distributions), noise_floor: the
+                     reference's bounds (noise_floor.noise_floor_bounds: in_sample,
+                     leave_one_out, interval, n, n_prompts, n_censored,
+                     n_prompts_median_censored; the last two absent in older files)}
     timings         {fit_s, predict_s, predict_ms_per_request, predict_ms_per_step, n_parameters}
     report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
                     references and failed runs; absent in files written before it existed)
