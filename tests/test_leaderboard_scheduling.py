@@ -20,7 +20,7 @@ from lenbench.results import result_path, write_result
 GOLDEN = Path(__file__).parent / "data" / "golden_results"
 # The toy preset's load, arrivals and guard on a smaller, faster cluster.
 SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_requests": 300,
-       "load_factor": 0.85, "arrival_cv": 2.0, "starvation": "aging", "aging_alpha": 200.0,
+       "load_factor": 0.85, "arrival_cv": 2.0, "starvation": "aging", "aging_alpha": 1.0,
        "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90"}
 CHANGES = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long")
 COLUMNS = ["Predictor", "Score [95% CI]", "Short mean", "Short P90", "Short P99", "Long mean",
@@ -68,7 +68,8 @@ def _section(md: str) -> str:
 
 
 def _sched_rows(md: str) -> tuple[list[str], dict[str, list[str]]]:
-    lines = [ln for ln in _section(md).splitlines() if ln.startswith("| ")]
+    main = _section(md).split("#### Scheduling comparison", 1)[0]  # the main table only
+    lines = [ln for ln in main.splitlines() if ln.startswith("| ")]
     header = lines[0].strip("| ").split(" | ")
     return header, {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ")
                     for ln in lines[1:]}
@@ -123,10 +124,11 @@ def test_caption_says_what_the_score_is(board) -> None:
     text = _section(md)
     for phrase in ("Score = (baseline − predictor) / (baseline − oracle)",
                    "mean end-to-end latency of short requests", "baseline is lb+fcfs",
-                   "same dispatcher with an FCFS queue", "aging (alpha 200 tokens/s)",
+                   "same dispatcher with an FCFS queue", "aging (alpha 1 quantile/s)",
                    "load factor 0.85", "gamma arrivals (cv 2)", "simulator seeds [0, 1, 2]",
                    "Student-t", "delta method", "predictor seeds", "exactly 0%",
-                   "exactly 100%"):
+                   "exactly 100%", "rank quantiles", "rescaled copy of a predictor scores",
+                   "less than 2% of the baseline's figure or loses"):
         assert phrase in text, phrase
     # the legacy record is counted, not scored
     assert "1 predictor result(s) were simulated before this score existed" in text
@@ -213,19 +215,50 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     part = _section(md).split("#### Scheduling comparison", 1)[1]
     lines = [ln for ln in part.splitlines() if ln.startswith("| ")]
     header = lines[0].strip("| ").split(" | ")
-    assert header == ["Predictor", "Static SJF", "Static preemptive", "Dynamic preemptive",
-                      "Distributional", "Preemptions / request", "Runs"]
-    cmp = {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ") for ln in lines[1:]}
-    assert set(cmp) == {"*oracle* (ref)", "mlp_probe", "bin_classifier"}
-    assert cmp["*oracle* (ref)"][1] == "100% [100, 100]"
-    assert re.fullmatch(r"\d+% \[\d+, \d+\]", cmp["*oracle* (ref)"][2])
+    assert header == ["Predictor", "Policy", "Score [95% CI]", "Long mean", "Long P99",
+                      "Preemptions / request", "Runs"]
+    cmp = {tuple(ln.strip("| ").split(" | ")[:2]): ln.strip("| ").split(" | ")[2:]
+           for ln in lines[1:]}
+    assert set(cmp) == {("*oracle* (ref)", "Static SJF"),
+                        ("*oracle* (ref)", "Static preemptive (SRPT bound)"),
+                        *(("mlp_probe", p) for p in ("Static SJF", "Static preemptive",
+                                                     "Dynamic preemptive", "Distributional")),
+                        ("bin_classifier", "Static SJF"), ("bin_classifier", "Static preemptive")}
+    assert cmp[("*oracle* (ref)", "Static SJF")][0] == "100% [100, 100]"
+    assert re.fullmatch(r"\d+% \[-?\d+, \d+\]",
+                        cmp[("*oracle* (ref)", "Static preemptive (SRPT bound)")][0])
     for name in ("mlp_probe", "bin_classifier"):
-        assert cmp[name][1] == main_rows[name][1]  # the main score, pooled the same way
-        assert cmp[name][6] == "2"
-    assert all(re.fullmatch(r"-?\d+% \[-?\d+, -?\d+\]", c) for c in cmp["mlp_probe"][1:5])
-    assert cmp["bin_classifier"][3:5] == ["—", "—"]
-    assert cmp["mlp_probe"][5].startswith("static ") and "dynamic " in cmp["mlp_probe"][5]
-    assert "SRPT on true lengths" in part and "swap" in part
+        static = cmp[(name, "Static SJF")]
+        assert static[0] == main_rows[name][1]  # the main score, pooled the same way
+        assert static[1:3] == main_rows[name][5:7]  # and its long mean / P99 changes
+        assert static[3] == "—" and static[4] == "2"
+        assert re.fullmatch(r"\d+\.\d\d", cmp[(name, "Static preemptive")][3])
+    for policy in ("Static SJF", "Static preemptive", "Dynamic preemptive", "Distributional"):
+        cells = cmp[("mlp_probe", policy)]
+        assert re.fullmatch(r"-?\d+% \[-?\d+, -?\d+\]", cells[0]), policy
+        assert all(re.fullmatch(r"[+-]\d+%", c) for c in cells[1:3]), policy
+    for phrase in ("SRPT on true lengths", "swap", "keep the predictions' units",
+                   "Long mean / Long P99"):
+        assert phrase in part, phrase
+
+
+def test_no_score_cell_says_why(tmp_path: Path) -> None:
+    """Where the oracle gains nothing (no queue forms at a tenth of saturation), the predictor's
+    score cell is a dash with the reason, not a sign-flipped or noisy share."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(5)
+    true = rng.lognormal(3.5, 0.8, 200).round() + 1
+    sim = dict(SIM, n_requests=150, seeds=[0, 1], load_factor=0.1, arrival_cv=1.0)
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, true * 1.2, np.full(200, 20), "mlp_probe", sim)
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    _, rows = _sched_rows(build_leaderboard(results, tmp_path / "board").read_text(
+        encoding="utf-8"))
+    assert re.fullmatch(r"— \((no oracle gain: [+-]\d+\.\d% of baseline|oracle gain "
+                        r"\d+\.\d% of baseline < 2%)\)", rows["mlp_probe"][1]), rows["mlp_probe"]
+    assert rows["*oracle* (ref)"][1] == rows["mlp_probe"][1]
 
 
 def test_schedule_comparison_keeps_existing_keys() -> None:

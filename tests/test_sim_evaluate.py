@@ -52,7 +52,8 @@ def test_result_structure_and_json() -> None:
     # Same dispatcher for every row: the baseline differs from the policy in queue order only.
     assert res["baseline_policy"] == res["rows"]["baseline"]["policy"] == "lb+fcfs"
     assert res["rows"]["mine"]["policy"] == "lb+sjf"
-    assert res["starvation"] == "aging (alpha 200 tokens/s)"
+    assert res["starvation"] == "aging (alpha 1 quantile/s)"
+    assert "rank quantiles" in res["queue_key"] and "quantiles per second" in res["queue_key"]
     assert res["score_metric"] == "e2e_mean_short" and "delta method" in res["score_interval"]
     oracle_row = res["rows"]["oracle"]
     assert oracle_row["quality"]["kendall_tau"] == pytest.approx(1.0)

@@ -69,7 +69,9 @@ def test_ratio_interval_delta_method() -> None:
 def test_captured_share() -> None:
     assert captured_share(100.0, 60.0, 50.0) == pytest.approx(0.8)
     assert captured_share(100.0, 110.0, 50.0) == pytest.approx(-0.2)
-    assert captured_share(100.0, 60.0, 99.9) is None  # the oracle gains < 1%: undefined
+    assert captured_share(100.0, 60.0, 99.9) is None  # the oracle gains < 2%: undefined
+    assert captured_share(100.0, 60.0, 98.5) is None
+    assert captured_share(100.0, 110.0, 105.0) is None  # the oracle loses: no sign-flipped share
     assert captured_share(None, 1.0, 2.0) is None
 
 

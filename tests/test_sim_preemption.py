@@ -164,6 +164,28 @@ def test_exact_dynamic_estimates_reproduce_the_srpt_oracle() -> None:
     assert exact.preemptions.sum() > 0
 
 
+def test_dynamic_estimates_follow_the_step_clock() -> None:
+    """Step t's estimate reads y_1 ... y_{t+1}, so it is usable once t + 1 tokens exist. A (L=20)
+    is admitted at 0 ms with y_1 from prefill; after iteration k it has k + 1 tokens, so its
+    step-5 estimate (total 105: remaining 99) is read first at k = 5 (50 ms), not at k = 4.
+    B (L=2, waits from 1 ms with 1 token) is keyed by its step-0 estimate (total 2, remaining
+    1), not by its step-1 estimate (total 1001), which reads y_2; so B preempts A at 50 ms and
+    is done one iteration later, at 60 ms (a clock one token ahead: 50 ms, or 200 ms when B's
+    step-1 estimate is read while it waits). A resumes with 6 tokens and ends at 200 ms."""
+    wl = Workload(np.array([0.0, 0.001]), np.zeros(2, dtype=np.int64), np.array([20, 2]),
+                  np.array([20.0, 2.0]))
+    for b_steps in ((), ((0, 2.0), (1, 1000.0))):
+        rows = [0, 0] + [1] * len(b_steps)
+        steps = [0, 5] + [t for t, _ in b_steps]
+        rem = [1.0, 100.0] + [r for _, r in b_steps]
+        est = RemainingEstimates(rows, steps, rem, n_rows=2).for_requests([0, 1], wl.pred_len)
+        res = simulate(wl, SimConfig(**ONE_SLOT), time_model=FLAT, dispatch="rr",
+                       queue="srpt", remaining=est)
+        np.testing.assert_array_equal(res.preemptions, [1, 0])
+        np.testing.assert_allclose(res.done_s, [0.200, 0.060])
+        np.testing.assert_array_equal(res.generated, wl.true_len)
+
+
 def test_distribution_keys_by_hand() -> None:
     """Quantiles 1..5 at levels 0.1..0.9 are symmetric about 3 (mean = median = 3)."""
     q = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]])

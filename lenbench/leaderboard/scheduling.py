@@ -54,15 +54,15 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
     """Score and changes against the baseline pooled over predictor seeds.
 
     Per-seed figures form predictor seeds x simulator seeds matrices; the score is the mean
-    gain over the baseline divided by the oracle's mean gain (`sim.evaluate.score_interval`)
+    gain over the baseline divided by the oracle's mean gain (`sim.score.score_interval`)
     and a change is mean(row) / mean(baseline) - 1, each with its 95% t-interval on the
     linearised ratio (`sim.metrics.ratio_interval`). Runs on different simulator seeds cannot
     be paired: everything is then None.
     """
     import numpy as np
 
-    from lenbench.sim.evaluate import score_interval
     from lenbench.sim.metrics import ratio_interval
+    from lenbench.sim.score import score_interval
 
     keys = [metric, *(key for key, _ in _SCHED_CHANGES)]
     out: dict[str, dict[str, Any] | None] = dict.fromkeys(["score", *keys])
@@ -87,8 +87,10 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
 
 
 def _sched_score_text(score: dict[str, Any] | None) -> str:
+    """"62% [55, 70]"; a dash with the reason when no score is given (sim/score.py)."""
     if not score or score.get("value") is None:
-        return DASH
+        reason = (score or {}).get("reason")
+        return f"{DASH} ({reason})" if reason else DASH
     text = f"{100 * score['value']:.0f}%"
     lo, hi = score.get("ci95_low"), score.get("ci95_high")
     if is_number(lo) and is_number(hi):
@@ -152,6 +154,8 @@ def _sched_intro(first: dict[str, Any]) -> str:
 
 def _sched_caption(first: dict[str, Any]) -> str:
     """What the score is: its latency figure, baseline, policy, guard, dispatch and interval."""
+    from lenbench.sim.metrics import MIN_ORACLE_GAIN
+
     cfg = first.get("config") or {}
     metric = str(first.get("score_metric"))
     dispatch = ("balances on each run's predictions, so the score also credits "
@@ -162,10 +166,16 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"{_SCORE_METRIC_TEXT.get(metric, metric)}: the baseline is "
         f"{first.get('baseline_policy')} (the same dispatcher with an FCFS queue); the "
         f"predictor, the oracle (true lengths) and the constant row (one value for all) run "
-        f"{first.get('policy')} (SJF by predicted length, ties by arrival) with starvation "
-        f"guard {first.get('starvation')}; dispatch {dispatch}. A constant predictor therefore "
-        f"scores exactly 0% and the oracle exactly 100%; above 100% beats SJF on true "
-        f"lengths, below 0% is harm. Numerator and denominator are means over the simulator "
+        f"{first.get('policy')} (SJF by each row's predictions as rank quantiles on the test "
+        f"rows, ties by arrival) with starvation guard {first.get('starvation')}; dispatch "
+        f"{dispatch}. Keys are ranks, not tokens, so the order and the weight of the aging "
+        f"guard depend on a predictor's ranking alone: a rescaled copy of a predictor scores "
+        f"the same, and no inflation of the true lengths beats the oracle. A constant "
+        f"predictor therefore scores exactly 0% and the oracle exactly 100%; above 100% beats "
+        f"SJF on true lengths, below 0% is harm. No score ({DASH}, with the reason) when the "
+        f"oracle gains less than {100 * MIN_ORACLE_GAIN:g}% of the baseline's figure or loses: "
+        f"a share of a gain that is not there would be noise or flip its sign. Numerator and "
+        f"denominator are means over the simulator "
         f"seeds (paired: one draw per seed serves every row) and over the predictor's seeds "
         f"(Runs). 95% CI: Student-t interval on the linearised ratio (delta method) with the "
         f"variance over simulator seeds, plus the variance over predictor seeds where there "
@@ -252,18 +262,18 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     return lines
 
 
-_CMP_COLUMNS = (("static_sjf", "Static SJF"), ("static_preemptive", "Static preemptive"),
-                ("dynamic_preemptive", "Dynamic preemptive"), ("distributional", "Distributional"))
-_CMP_HEADER = ["Predictor", *(label for _, label in _CMP_COLUMNS), "Preemptions / request",
-               "Runs"]
+_CMP_POLICIES = (("static_sjf", "Static SJF"), ("static_preemptive", "Static preemptive"),
+                 ("dynamic_preemptive", "Dynamic preemptive"), ("distributional", "Distributional"))
+_CMP_CHANGES = (("e2e_mean_long", "Long mean"), ("e2e_p99_long", "Long P99"))
+_CMP_HEADER = ["Predictor", "Policy", "Score [95% CI]", *(label for _, label in _CMP_CHANGES),
+               "Preemptions / request", "Runs"]
 
 
-def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str, Any] | None:
-    """A comparison row's score pooled over predictor seeds (records with that row), against
-    each record's own baseline and oracle, as `_sched_pooled` pools the main score."""
+def _cmp_matrices(records: list[dict[str, Any]], row: str, key: str) -> Any:
+    """(row, baseline, oracle) predictor seeds x simulator seeds of one figure, over the records
+    that have the comparison row (each against its own baseline and oracle); None if none do
+    or their seeds differ in number."""
     import numpy as np
-
-    from lenbench.sim.evaluate import score_interval
 
     mats: dict[str, list[list[float]]] = {"row": [], "baseline": [], "oracle": []}
     for r in records:
@@ -271,33 +281,60 @@ def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str
         refs = _sched_refs(r["scheduling"])
         if not entry or not {"baseline", "oracle"} <= set(refs):
             continue
-        for key, seeds in (("row", entry["per_seed"].get(metric)),
-                           ("baseline", refs["baseline"]["per_seed"].get(metric)),
-                           ("oracle", refs["oracle"]["per_seed"].get(metric))):
-            mats[key].append([np.nan if x is None else float(x) for x in seeds or []])
+        for name, seeds in (("row", entry["per_seed"].get(key)),
+                            ("baseline", refs["baseline"]["per_seed"].get(key)),
+                            ("oracle", refs["oracle"]["per_seed"].get(key))):
+            mats[name].append([np.nan if x is None else float(x) for x in seeds or []])
     if not mats["row"] or len({len(v) for vs in mats.values() for v in vs}) != 1:
         return None
-    base, row_m, best = (np.array(mats[k]) for k in ("baseline", "row", "oracle"))
+    return tuple(np.array(mats[k]) for k in ("row", "baseline", "oracle"))
+
+
+def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str, Any] | None:
+    """A comparison row's score pooled over predictor seeds (records with that row), against
+    each record's own baseline and oracle, as `_sched_pooled` pools the main score."""
+    from lenbench.sim.score import score_interval
+
+    mats = _cmp_matrices(records, row, metric)
+    if mats is None:
+        return None
+    row_m, base, best = mats
     return score_interval(base - row_m, base - best, base.mean(axis=0))
 
 
-def _cmp_preemptions(records: list[dict[str, Any]], rows: tuple[str, ...]) -> str:
-    """Mean preemptions per request of the preemptive rows, over runs and simulator seeds."""
-    parts = []
-    for row in rows:
-        vals = [float(x) for r in records
-                for x in ((((r["scheduling"].get("comparison") or {}).get("rows") or {})
-                           .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
-                          or []) if is_number(x)]
-        if vals:
-            parts.append(f"{row.split('_')[0]} {statistics.fmean(vals):.2f}")
-    return ", ".join(parts) or DASH
+def _cmp_change(records: list[dict[str, Any]], row: str, key: str) -> str:
+    """A comparison row's change of `key` against the baseline, pooled like the main table's."""
+    from lenbench.sim.metrics import ratio_interval
+
+    mats = _cmp_matrices(records, row, key)
+    if mats is None:
+        return DASH
+    row_m, base, _ = mats
+    value = ratio_interval(row_m - base, base).get("value")
+    return DASH if value is None else f"{100 * value:+.0f}%"
+
+
+def _cmp_preemptions(records: list[dict[str, Any]], row: str) -> str:
+    """Mean preemptions per request of a preemptive row, over runs and simulator seeds."""
+    if not row.endswith("preemptive"):
+        return DASH
+    vals = [float(x) for r in records
+            for x in ((((r["scheduling"].get("comparison") or {}).get("rows") or {})
+                       .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
+                      or []) if is_number(x)]
+    return f"{statistics.fmean(vals):.2f}" if vals else DASH
+
+
+def _cmp_has(records: list[dict[str, Any]], row: str) -> bool:
+    return any(row in ((r["scheduling"].get("comparison") or {}).get("rows") or {})
+               for r in records)
 
 
 def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> list[str]:
-    """The "Scheduling comparison" table: each predictor's score under static SJF, preemptive
-    re-ranking (static and dynamic estimates) and distributional ordering, beside the oracle
-    with preemption (the SRPT bound). Empty when no record carries a comparison."""
+    """The "Scheduling comparison" table: one line per predictor and policy (static SJF,
+    preemptive re-ranking on static and dynamic estimates, distributional ordering) with its
+    score and its long-request mean and P99 changes, beside the oracle's SJF and SRPT-bound
+    lines. Empty when no record carries a comparison."""
     with_cmp = [r for r in scored if isinstance(r["scheduling"].get("comparison"), dict)]
     if not with_cmp:
         return []
@@ -308,31 +345,47 @@ def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> lis
     ref = next((r for r in with_cmp if r is main), with_cmp[0])  # one draw: the oracle rows
     head = _sched_refs(ref["scheduling"]).get("oracle") or {}
     ci = head.get("score_ci95") or [None, None]
-    body = [["*oracle* (ref)", _sched_score_text({"value": head.get("score"),
-                                                  "ci95_low": ci[0], "ci95_high": ci[1]}),
-             _sched_score_text(_cmp_score([ref], "oracle_preemptive", metric)), DASH, DASH,
-             _cmp_preemptions([ref], ("oracle_preemptive",)).replace("oracle", "static"),
-             "1"]]
+    body = [["*oracle* (ref)", "Static SJF",
+             _sched_score_text({"value": head.get("score"), "ci95_low": ci[0],
+                                "ci95_high": ci[1], "reason": head.get("score_reason")}),
+             *(_pct(head.get(f"{key}_change")) for key, _ in _CMP_CHANGES), DASH, "1"],
+            ["*oracle* (ref)", "Static preemptive (SRPT bound)",
+             _sched_score_text(_cmp_score([ref], "oracle_preemptive", metric)),
+             *(_cmp_change([ref], "oracle_preemptive", key) for key, _ in _CMP_CHANGES),
+             _cmp_preemptions([ref], "oracle_preemptive"), "1"]]
     for name in sorted(by_name):
         records = by_name[name]
-        cells = [_sched_score_text(_cmp_score(records, row, metric)) for row, _ in _CMP_COLUMNS]
-        body.append([_cell(name), *cells,
-                     _cmp_preemptions(records, ("static_preemptive", "dynamic_preemptive")),
-                     str(len(records))])
+        for row, label in _CMP_POLICIES:
+            if not _cmp_has(records, row):
+                continue
+            n_runs = sum(_cmp_has([r], row) for r in records)
+            body.append([_cell(name), label,
+                         _sched_score_text(_cmp_score(records, row, metric)),
+                         *(_cmp_change(records, row, key) for key, _ in _CMP_CHANGES),
+                         _cmp_preemptions(records, row), str(n_runs)])
     cmp = ref["scheduling"]["comparison"]
     caption = (
         f"Scores as above (same draws, baseline and oracle; {metric}), per policy: Static SJF "
         f"is the predictor's score above; Static preemptive re-ranks by the static prediction "
         f"minus the tokens generated and preempts (queue srpt); Dynamic preemptive does so on "
-        f"the predictor's dynamic remaining-length estimates (the latest scored step at or "
-        f"before t, minus the tokens since); Distributional orders SJF by {cmp.get('order_by')}"
-        f". The oracle's Static preemptive cell is SRPT on true lengths (remaining L − t), "
-        f"which may exceed 100% because the score's oracle does not preempt. Re-ranking every "
-        f"{cmp.get('repredict_every')} iteration(s), margin {cmp.get('preempt_margin')} tokens, "
-        f"at most {cmp.get('max_preemptions')} preemptions per request, cost "
-        f"{cmp.get('preempt_cost')}, charged in simulated time. — : the predictor has no "
-        f"dynamic or distributional predictions. Preemptions / request: mean over runs and "
-        f"simulator seeds.")
+        f"the predictor's dynamic remaining-length estimates (the latest step whose estimate "
+        f"reads no token not yet generated, minus the tokens since); Distributional orders SJF "
+        f"by the rank quantiles of {cmp.get('order_by')}, so an inflated statistic gains "
+        f"nothing. Preemptive policies order by remaining tokens and so keep the predictions' "
+        f"units: a rescaled copy of a predictor can score differently there, which is why the "
+        f"headline score is static SJF's. The oracle's Static preemptive line is SRPT on true "
+        f"lengths (remaining L − t), which may exceed 100% because the score's oracle does not "
+        f"preempt. Long mean / Long P99: change of the long requests' mean and P99 end-to-end "
+        f"latency against the baseline. Re-ranking every {cmp.get('repredict_every')} "
+        f"iteration(s), margin {cmp.get('preempt_margin')} tokens, at most "
+        f"{cmp.get('max_preemptions')} preemptions per request, cost "
+        f"{cmp.get('preempt_cost')}, charged in simulated time. A policy a predictor has no "
+        f"input for (no dynamic or no distributional predictions) is not listed. Preemptions / "
+        f"request: mean over runs and simulator seeds.")
     return ["#### Scheduling comparison", "",
-            _table(_CMP_HEADER, [":---"] + ["---:"] * (len(_CMP_HEADER) - 1), body), "",
+            _table(_CMP_HEADER, [":---", ":---"] + ["---:"] * (len(_CMP_HEADER) - 2), body), "",
             caption, ""]
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:+.0f}%" if is_number(value) else DASH

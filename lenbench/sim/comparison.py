@@ -12,12 +12,16 @@ on true lengths), so the rows are directly comparable with the scheduling table:
   (latest scored step at or before t, minus the tokens since; remaining.py);
 - distributional: SJF by a key of the predicted length distribution (cfg.order_by: the
   `order_quantile` quantile, or mean + tail_beta * (q0.9 - q0.5), which delays requests whose
-  predicted upper tail is long), with the configured starvation guard;
+  predicted upper tail is long), with the configured starvation guard; like every SJF row it is
+  keyed by the statistic's rank quantiles on the test rows (keys.py), so an upper quantile,
+  larger than the point prediction, does not weaken the aging guard;
 - oracle_preemptive: srpt on true lengths (remaining L - t exactly), the SRPT bound; it may
   score above 1, because the oracle of the score does not preempt.
 
 Preemptive rows charge their preemption cost in simulated time (preemption.py) and report
-preemptions per request.
+preemptions per request. They order by remaining tokens (total minus the tokens generated), so
+they keep the predictions' units: a scaled copy of a predictor may score differently there. Their
+aging credit is aging_alpha times keys.tokens_per_quantile of the test rows' true lengths.
 """
 
 from __future__ import annotations
@@ -31,16 +35,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.sim.config import SCORE_METRICS, SimConfig
-from lenbench.sim.evaluate import (
-    CHANGE_METRICS,
-    HEADLINE_FIGURES,
-    score_interval,
-    simulate_predictions,
-)
+from lenbench.sim.evaluate import CHANGE_METRICS, HEADLINE_FIGURES, simulate_predictions
+from lenbench.sim.keys import rank_keys, tokens_per_quantile
 from lenbench.sim.metrics import aggregate, ratio_interval, run_figures
 from lenbench.sim.predictors import constant
 from lenbench.sim.remaining import RemainingEstimates
 from lenbench.sim.run import simulate
+from lenbench.sim.score import score_interval
 from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 
@@ -52,9 +53,10 @@ COMPARISON_DEFINITION = (
     "oracle) of {metric} with the score's baseline ({baseline}) and oracle ({policy} on true "
     "lengths): static_sjf = the predictor's row; static_preemptive = srpt on the static "
     "prediction minus generated tokens; dynamic_preemptive = srpt on the dynamic remaining "
-    "estimates; distributional = {policy} ordered by {order}; oracle_preemptive = srpt on true "
-    "lengths (the SRPT bound). srpt re-ranks every {every} iteration(s), margin {margin:g} "
-    "tokens, at most {cap} preemption(s) per request, cost: {cost}")
+    "estimates; distributional = {policy} ordered by the rank quantiles of {order}; "
+    "oracle_preemptive = srpt on true lengths (the SRPT bound). srpt keys are remaining tokens "
+    "(aging {aging}); srpt re-ranks every {every} iteration(s), margin {margin:g} tokens, at "
+    "most {cap} preemption(s) per request, cost: {cost}")
 
 
 def order_description(cfg: SimConfig) -> str:
@@ -119,33 +121,39 @@ def compare_policies(
     seeds, qps = list(reference["seeds"]), float(reference["qps"])
     short_thr, long_thr = reference["short_threshold"], reference["long_threshold"]
 
-    runs: dict[str, tuple[str, NDArray[np.float64], Any]] = {
-        "static_preemptive": ("srpt", pred, None)}
+    # row -> (queue, what the queue orders by, the values in tokens, dynamic estimates)
+    runs: dict[str, tuple[str, NDArray[np.float64], NDArray[np.float64], Any]] = {
+        "static_preemptive": ("srpt", pred, pred, None)}
     skipped: dict[str, str] = {}
     if remaining is not None:
-        runs["dynamic_preemptive"] = ("srpt", pred, RemainingEstimates(*remaining, len(true)))
+        runs["dynamic_preemptive"] = ("srpt", pred, pred,
+                                      RemainingEstimates(*remaining, len(true)))
     else:
         skipped["dynamic_preemptive"] = "the predictor has no dynamic predictions"
     key = None if quantiles is None else distribution_key(quantiles, cfg)
     if key is not None:
         if key.shape != true.shape:
             raise ValueError(f"quantiles give {key.shape[0]} keys for {true.size} rows")
-        runs["distributional"] = (cfg.queue, key, None)
+        if not np.all(np.isfinite(key)):
+            raise ValueError("quantiles must give finite keys")
+        runs["distributional"] = (cfg.queue, rank_keys(key), key, None)
     else:
         skipped["distributional"] = ("the predictor has no predicted distribution"
                                      if quantiles is None else "order_by is point")
-    runs["oracle_preemptive"] = ("srpt", true.astype(np.float64), None)
+    runs["oracle_preemptive"] = ("srpt", true.astype(np.float64), true.astype(np.float64), None)
     balance = None if cfg.dispatch_uses_predictions else constant(true)
+    scale = tokens_per_quantile(true)  # srpt's aging credit in tokens per second of age
 
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, float | None]]] = {row: [] for row in runs}
     for seed in seeds:
         idx, arrivals = draw_rows(len(true), cfg.n_requests, qps, seed, cfg.arrival_cv)
-        for row, (queue, values, est) in runs.items():
+        for row, (queue, values, tokens, est) in runs.items():
             wl = Workload(arrivals, prompt[idx], true[idx], values[idx])
             res = simulate(wl, cfg, time_model=model, dispatch=cfg.dispatch, queue=queue,
-                           seed=seed, dispatch_len=None if balance is None else balance[idx],
-                           remaining=None if est is None else est.for_requests(idx, values[idx]))
+                           seed=seed, dispatch_len=(tokens if balance is None else balance)[idx],
+                           remaining=None if est is None else est.for_requests(idx, values[idx]),
+                           token_scale=scale)
             figs = run_figures(res, short_thr, long_thr)
             counts = res.preemptions if res.preemptions is not None else np.zeros(len(wl))
             figs["preemptions_per_request"] = float(counts.mean())
@@ -181,7 +189,9 @@ def compare_policies(
         "definition": COMPARISON_DEFINITION.format(
             metric=cfg.score_metric, baseline=cfg.baseline_policy, policy=cfg.policy,
             order=order_description(cfg), every=cfg.repredict_every, margin=cfg.preempt_margin,
-            cap=cfg.max_preemptions, cost=_cost_text(cfg)),
+            cap=cfg.max_preemptions, cost=_cost_text(cfg),
+            aging=(f"{cfg.aging_alpha * scale:.4g} tokens/s = {cfg.aging_alpha:g} quantile/s x "
+                   f"{scale:.4g} tokens per quantile" if cfg.starvation == "aging" else "none")),
         "repredict_every": cfg.repredict_every,
         "preempt_margin": cfg.preempt_margin,
         "preempt_cost": cfg.preempt_cost,

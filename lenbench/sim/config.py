@@ -42,24 +42,29 @@ class SimConfig:
     continuous batching with at most `max_num_seqs` sequences and `kv_capacity_tokens` of KV.
 
     Policy: `dispatch` picks the decode instance when a KV cache arrives (rr, jsq, lb = least
-    predicted outstanding tokens, pow2 = lb between two random instances); `queue` orders
-    admission on the instance (fcfs, or sjf by predicted length). `starvation` is an optional
-    guard for sjf: "aging" sorts by pred - aging_alpha * age_s (age since arrival, so
-    aging_alpha is in tokens per second), "promotion" moves requests waiting in the decode
-    queue longer than `t_starve_s` to the head (FCFS among them). The baseline that scores are
-    measured against is the same dispatcher with FCFS (`baseline_policy`): baseline and
-    predictor runs differ only in queue order. Unless `dispatch_uses_predictions`, lb and pow2
-    balance on one value for every request (the constant reference prediction), so dispatch
-    is prediction-free too; with it, they balance on each run's predictions and the score
-    also credits prediction-driven dispatch. `score_metric` (one of SCORE_METRICS) is the
-    latency figure of the score (baseline - predictor) / (baseline - oracle).
+    predicted outstanding tokens, pow2 = lb between two random instances); `queue` orders admission
+    on the instance (fcfs, or sjf by key). In the scored runs (simulate_predictions,
+    compare_policies) the sjf key of a request is its prediction's mid-rank quantile among the row's
+    predictions on the scored rows (keys.py), so ordering depends on a predictor's ranking, not its
+    units. `starvation` is an optional guard for sjf: "aging" sorts by key - aging_alpha * age_s
+    (age since arrival, so aging_alpha is in quantiles per second: at 1, a request that has waited
+    one second outranks every new one), "promotion" moves requests waiting in the decode queue
+    longer than `t_starve_s` to the head (FCFS among them). srpt keys are remaining tokens; their
+    aging credit is aging_alpha times keys.tokens_per_quantile of the true lengths, in tokens per
+    second. The baseline that scores are measured against is the same dispatcher with FCFS
+    (`baseline_policy`): baseline and predictor runs differ only in queue order. Unless
+    `dispatch_uses_predictions`, lb and pow2 balance on one value for every request (the constant
+    reference prediction), so dispatch is prediction-free too; with it, they balance on each run's
+    predictions (in tokens) and the score also credits prediction-driven dispatch. `score_metric`
+    (one of SCORE_METRICS) is the latency figure of the score (baseline - predictor) / (baseline -
+    oracle).
 
-    Preemption (queue "srpt", preemption.py): every `repredict_every` iterations an instance
-    re-ranks its running and waiting requests by predicted remaining length (minus the aging
-    credit) and evicts a running request when a waiting one's key is smaller by more than
-    `preempt_margin` tokens, at most `max_preemptions` times per request. `preempt_cost`:
-    "recompute" drops the KV cache and prefills prompt + generated tokens again on resume (the
-    instance stalls for that prefill); "swap" moves the KV cache out and back in at
+    Preemption (queue "srpt", preemption.py; the comparison rows, not the score): every
+    `repredict_every` iterations an instance re-ranks its running and waiting requests by predicted
+    remaining tokens (minus the aging credit) and evicts a running request when a waiting one's key
+    is smaller by more than `preempt_margin` tokens, at most `max_preemptions` times per request.
+    `preempt_cost`: "recompute" drops the KV cache and prefills prompt + generated tokens again on
+    resume (the instance stalls for that prefill); "swap" moves the KV cache out and back in at
     `kv_bytes_per_token` / `swap_bandwidth_gb_s`, stalling the instance each way.
 
     Comparison (comparison.py, when `compare`): static SJF, preemptive rows and a

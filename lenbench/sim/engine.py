@@ -171,9 +171,10 @@ class _Engine:
         self.kv_ready[r] = t
         inst = self.choose(t)
         self.inst_of[r] = inst.idx
-        # sjf: pred - aging * age, i.e. pred + aging * arrival (the same order at any time);
-        # fcfs: arrival alone. fl(c + aging * arrival) never decreases with arrival, so a
-        # constant prediction admits in exactly FCFS order (ties break by arrival).
+        # sjf: key - aging * age, i.e. key + aging * arrival (the same order at any time),
+        # where the key is pred_len as given (simulate_predictions passes rank quantiles,
+        # keys.py); fcfs: arrival alone. fl(c + aging * arrival) never decreases with arrival,
+        # so a constant key admits in exactly FCFS order (ties break by arrival).
         arrival = self.arrival[r]
         heapq.heappush(inst.wait, (self.wait_key(r), arrival, r))
         if self.promotion:
@@ -190,7 +191,8 @@ class _Engine:
                 self.schedule(inst, float(inst.seg[j]), k)
 
     def wait_key(self, r: int) -> float:
-        """The queue key of a request joining a decode queue (smaller is admitted first)."""
+        """The queue key of a request joining a decode queue (smaller is admitted first):
+        pred_len plus the aging credit, in pred_len's units per second."""
         return self.pred[r] + self.aging * self.arrival[r] if self.sjf else 0.0
 
     # ---------------------------------------------------------------- decode instances

@@ -3,7 +3,10 @@
 Every predictor is compared on the same drawn traffic (same rows, same arrivals per seed)
 against reference rows, and every row uses the same dispatcher: the baseline admits in FCFS
 order, the predictor, oracle and constant rows in SJF order of their predictions, so that a
-row's gain over the baseline comes from its queue order alone.
+row's gain over the baseline comes from its queue order alone. The SJF key of every row is its
+predictions' mid-rank quantile on the test rows (keys.py): the order, and the weight of the
+aging term against it, depend on a predictor's ranking and not on its units, so scaled copies
+of a predictor score the same and inflating the oracle's lengths cannot beat it.
 
 The scheduling score of a row is S = (baseline - row) / (baseline - oracle) on one latency
 figure (cfg.score_metric, by default the mean end-to-end latency of short requests), with
@@ -11,7 +14,8 @@ numerator and denominator averaged over simulator seeds (paired: one draw per se
 every row). A constant prediction's SJF order is FCFS order (ties break by arrival) and
 dispatch does not read predictions, so the constant row scores exactly 0 and the oracle
 exactly 1. The 95% interval is a Student-t interval over simulator seeds on the linearised
-ratio (delta method; `metrics.ratio_interval`).
+ratio (delta method; `metrics.ratio_interval`). No score is given, with the reason, when the
+oracle's gain is not clear (score.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from numpy.typing import ArrayLike
 
 from lenbench.sim.capacity import resolve_qps
 from lenbench.sim.config import SCORE_METRICS, SimConfig
+from lenbench.sim.keys import rank_keys
 from lenbench.sim.metrics import (
     aggregate,
     class_masks,
@@ -34,6 +39,7 @@ from lenbench.sim.metrics import (
 )
 from lenbench.sim.predictors import constant, noisy_oracle, oracle
 from lenbench.sim.run import simulate
+from lenbench.sim.score import score_interval
 from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 
@@ -44,11 +50,11 @@ CHANGE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_
 # Figures whose per-seed values each headline entry carries (for pooling predictor seeds).
 HEADLINE_FIGURES = tuple(dict.fromkeys(CHANGE_METRICS + SCORE_METRICS)) + (
     "throughput_tok_s", "hol_inversion_rate")
-# A score is undefined when the oracle gains less than this share of the baseline's figure.
-MIN_ORACLE_GAIN = 0.01
 SCORE_DEFINITION = ("(baseline - predictor) / (baseline - oracle) of {metric}, seed means; "
                     "baseline: {baseline} (same dispatcher, FCFS); predictor, oracle (true "
-                    "lengths) and constant: {policy}")
+                    "lengths) and constant: {policy} keyed by each row's rank quantiles")
+QUEUE_KEY = ("each row's predictions as mid-rank quantiles on the test rows (ranking only, no "
+             "units); aging_alpha in quantiles per second")
 SCORE_INTERVAL = ("95% Student-t interval over simulator seeds on the linearised ratio "
                   "(delta method)")
 
@@ -94,12 +100,12 @@ def simulate_predictions(
         "n", "per_seed"} (t-intervals over seeds);
       - "score" (not for baseline): for each of SCORE_METRICS, (baseline - row) /
         (baseline - oracle) of the seed means with its 95% t-interval over seeds
-        (`metrics.ratio_interval`) as {"value", "ci95_low", "ci95_high", "n_sim_seeds",
-        "n_pred_seeds", "per_seed"}; 1 = the oracle's gain, 0 = none, negative = harm; value
-        None when the oracle gains less than MIN_ORACLE_GAIN of the baseline;
+        (`score.score_interval`) as {"value", "ci95_low", "ci95_high", "n_sim_seeds",
+        "n_pred_seeds", "reason", "per_seed"}; 1 = the oracle's gain, 0 = none, negative =
+        harm; value None, with the reason, when the oracle's gain is not clear (score.py);
       - "change" (not for baseline): for each of CHANGE_METRICS, row / baseline - 1 of the
         seed means with its 95% interval (same method), e.g. the long-request P99 change;
-      - "quality": Kendall tau and MAE of the row's predictions against `true_len`;
+      - "quality": Kendall tau and MAE of the row's predictions (tokens) against `true_len`;
       - "e2e_quantiles": `quantile_points` evenly spaced quantiles of end-to-end latency per
         class (all/short/long), pooled over seeds, for CDF plots without per-request data.
 
@@ -107,11 +113,16 @@ def simulate_predictions(
     "headline" (one flat dict per row for a leaderboard table, with the per-seed values of
     HEADLINE_FIGURES so that a leaderboard can pool predictor seeds), "qps",
     "saturation_qps", "load_factor" (qps / saturation), "seeds", "policy", "baseline_policy",
-    "starvation" (the guard, e.g. "aging (alpha 40)"), "short_threshold"/"long_threshold"
+    "starvation" (the guard, e.g. "aging (alpha 1 quantile/s)"), "queue_key" (what the
+    queue orders by), "short_threshold"/"long_threshold"
     (resolved to tokens), "time_model", "config" (cfg.to_dict()) and "wall_s". All values are
     JSON-serialisable (undefined numbers are None).
     """
     cfg = cfg or SimConfig()
+    if cfg.queue == "srpt":
+        raise ValueError("sim.queue must be sjf or fcfs for the scheduling score (srpt keys are "
+                         "remaining tokens, which depend on prediction scale); preemptive rows "
+                         "are scored by sim.compare=true")
     seeds = tuple(cfg.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("need at least one seed")
@@ -138,7 +149,12 @@ def simulate_predictions(
     queue_of = dict.fromkeys(row_names, cfg.queue)
     queue_of["baseline"] = "fcfs"
     pred_of = dict(predictions, baseline=predictions["constant"])
-    # What lb/pow2 balance on: one value for all (prediction-free), or each row's predictions.
+    for row, arr in pred_of.items():
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"predictions {row!r} must be finite")
+    key_of = {row: rank_keys(arr) for row, arr in pred_of.items()}  # what SJF orders by
+    # What lb/pow2 balance on: one value for all (prediction-free), or each row's predictions
+    # (tokens).
     balance = None if cfg.dispatch_uses_predictions else predictions["constant"]
     short_thr, long_thr = cfg.thresholds(true)
 
@@ -150,10 +166,10 @@ def simulate_predictions(
         idx, arrivals = draw_rows(len(true), cfg.n_requests, qps, seed, cfg.arrival_cv)
         masks = class_masks(true[idx], short_thr, long_thr)
         for row in row_names:
-            wl = Workload(arrivals, prompt[idx], true[idx], pred_of[row][idx])
+            wl = Workload(arrivals, prompt[idx], true[idx], key_of[row][idx])
             res = simulate(wl, cfg, time_model=model, dispatch=cfg.dispatch,
                            queue=queue_of[row], seed=seed,
-                           dispatch_len=None if balance is None else balance[idx])
+                           dispatch_len=(pred_of[row] if balance is None else balance)[idx])
             per_seed[row].append(run_figures(res, short_thr, long_thr))
             e2e = res.done_s - wl.arrival_s
             for cls, mask in masks.items():
@@ -190,7 +206,7 @@ def simulate_predictions(
                                                                                     metric)
             scores[metric] = score_interval(gain, oracle_gain, base)
             with np.errstate(invalid="ignore", divide="ignore"):
-                paired = gain / oracle_gain
+                paired = np.where(oracle_gain > 0, gain / oracle_gain, np.nan)
             scores[metric]["per_seed"] = [float(v) if np.isfinite(v) else None for v in paired]
         rows[row]["score"] = scores
         changes: dict[str, Any] = {}
@@ -199,13 +215,14 @@ def simulate_predictions(
             changes[metric] = ratio_interval(seed_values(row, metric) - base, base)
         rows[row]["change"] = changes
 
-    guard = {"none": "none", "aging": f"aging (alpha {cfg.aging_alpha:g} tokens/s)",
+    guard = {"none": "none", "aging": f"aging (alpha {cfg.aging_alpha:g} quantile/s)",
              "promotion": f"promotion (after {cfg.t_starve_s:g} s)" if cfg.t_starve_s is not None
              else "promotion"}[cfg.starvation]
     return {
         "policy": cfg.policy,
         "baseline_policy": cfg.baseline_policy,
         "starvation": guard,
+        "queue_key": QUEUE_KEY,
         "score_metric": cfg.score_metric,
         "score_definition": SCORE_DEFINITION.format(metric=cfg.score_metric,
                                                     baseline=cfg.baseline_policy,
@@ -224,21 +241,6 @@ def simulate_predictions(
         "headline": [_headline(row, rows[row], cfg.score_metric) for row in row_names],
         "wall_s": time.perf_counter() - started,
     }
-
-
-def score_interval(gain: ArrayLike, oracle_gain: ArrayLike, baseline: ArrayLike
-                   ) -> dict[str, float | None]:
-    """The score mean(gain) / mean(oracle_gain) with its 95% interval (`ratio_interval`).
-
-    `gain` = baseline - row and `oracle_gain` = baseline - oracle per seed (1-D over simulator
-    seeds, or predictor seeds x simulator seeds for `gain`); `baseline` per simulator seed.
-    Undefined (value None) when the oracle's mean gain is at most MIN_ORACLE_GAIN of the
-    baseline's mean: the share of a gain that is not there is noise.
-    """
-    base = np.asarray(baseline, dtype=np.float64)
-    finite = base[np.isfinite(base)]
-    floor = MIN_ORACLE_GAIN * abs(float(finite.mean())) if finite.size else 0.0
-    return ratio_interval(gain, oracle_gain, min_den=floor)
 
 
 def _quality(pred: np.ndarray, true: np.ndarray) -> dict[str, float | None]:
@@ -263,6 +265,7 @@ def _headline(row: str, entry: Mapping[str, Any], metric: str) -> dict[str, Any]
     out["score_metric"] = metric
     out["score"] = None if score is None else score["value"]
     out["score_ci95"] = None if score is None else [score["ci95_low"], score["ci95_high"]]
+    out["score_reason"] = None if score is None else score.get("reason")
     for key, change in entry.get("change", {}).items():
         out[f"{key}_change"] = change["value"]
         out[f"{key}_change_ci95"] = [change["ci95_low"], change["ci95_high"]]

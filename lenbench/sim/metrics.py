@@ -17,6 +17,9 @@ from lenbench.sim.result import SimResult
 METRICS = ("e2e", "ttft", "queue_delay", "tpot", "norm_latency")
 STATS = ("p50", "p90", "p99", "mean")
 CLASSES = ("all", "short", "long")
+# A share of the oracle's gain is given only when the oracle gains at least this share of the
+# baseline's figure (score.py).
+MIN_ORACLE_GAIN = 0.02
 
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -202,12 +205,13 @@ def ratio_interval(num: ArrayLike, den: ArrayLike, *, min_den: float = 0.0
 def captured_share(fcfs: float | None, pred: float | None, oracle: float | None
                    ) -> float | None:
     """(FCFS - pred) / (FCFS - oracle): 1 = all of the oracle's gain, 0 = none, < 0 = harm.
-    None when the oracle gains less than 1% of the baseline (the share is then noise). One
-    seed's share; `simulate_predictions` scores seed means with `ratio_interval`."""
+    None unless the oracle gains at least MIN_ORACLE_GAIN of the baseline (a smaller gain makes
+    the share noise, a loss flips its sign). One seed's share; `simulate_predictions` scores
+    seed means with `score.score_interval`."""
     if fcfs is None or pred is None or oracle is None:
         return None
     gain = fcfs - oracle
-    if not math.isfinite(gain) or abs(gain) <= 0.01 * abs(fcfs):
+    if not math.isfinite(gain) or gain < MIN_ORACLE_GAIN * abs(fcfs) or gain <= 0:
         return None
     return (fcfs - pred) / gain
 

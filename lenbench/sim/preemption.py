@@ -1,15 +1,20 @@
 """Preemptive SRPT-style re-ranking on decode instances, with a preemption cost in simulated time.
 
-Every `repredict_every` iterations an instance compares its running and waiting requests by key
-= predicted remaining length + aging_alpha * arrival (the aging credit; without aging the key is
-the remaining length alone). While the smallest waiting key is below the largest key of a
-running request that may still be preempted by more than `preempt_margin`, that running request
-is evicted back to the instance's queue and the waiting one takes its place. A request is
-preempted at most `max_preemptions` times.
+Every `repredict_every` iterations an instance compares its running and waiting requests by key =
+predicted remaining tokens + aging * arrival (the aging credit; without aging the key is the
+remaining length alone). Keys are in tokens, because remaining length is: the aging credit is
+aging_alpha (quantiles per second, as for SJF's rank keys) times a token scale
+(keys.tokens_per_quantile of the true lengths), in tokens per second. While the smallest waiting key
+is below the largest key of a running request that may still be preempted by more than
+`preempt_margin`, that running request is evicted back to the instance's queue and the waiting one
+takes its place. A request is preempted at most `max_preemptions` times.
 
-Remaining length: `RequestRemaining` (remaining.py) when given, else the static prediction
-minus the tokens generated (the oracle's static prediction is L, so its remaining is L - t
-exactly); floored at 1, so a request that outlived its prediction looks nearly done.
+Remaining length after g generated tokens (y_1, emitted by prefill, included): `RequestRemaining`
+(remaining.py) when given, else the static prediction, minus g (the oracle's static prediction is
+L, so its remaining is L - g exactly); floored at 1, so a request that outlived its prediction
+looks nearly done. The clock follows the step convention of the dynamic predictions: the estimate
+at step t reads the response up to y_{t+1}, so after g generated tokens the latest estimate a
+predictor can have made is the one at step g - 1 (it read y_1 ... y_g and no further).
 
 Costs, charged in simulated time to the whole instance (every running request waits):
 "recompute" drops the KV cache at eviction and prefills the prompt + generated tokens again when
@@ -36,6 +41,7 @@ from numpy.typing import NDArray
 from lenbench.sim.config import SimConfig
 from lenbench.sim.decode import Decode
 from lenbench.sim.engine import _Engine
+from lenbench.sim.keys import tokens_per_quantile
 from lenbench.sim.remaining import RequestRemaining
 from lenbench.sim.timing import TimeModel
 from lenbench.sim.workload import Workload
@@ -73,13 +79,17 @@ class PreemptiveEngine(_Engine):
     def __init__(self, wl: Workload, cfg: SimConfig, model: TimeModel, dispatch: str,
                  queue: str, seed: int, record_timeline: bool,
                  dispatch_len: NDArray[np.float64] | None = None,
-                 remaining: RequestRemaining | None = None) -> None:
+                 remaining: RequestRemaining | None = None,
+                 token_scale: float | None = None) -> None:
         super().__init__(wl, cfg, model, dispatch, queue, seed, record_timeline, dispatch_len)
         if cfg.starvation == "promotion":
             raise ValueError("queue 'srpt' supports starvation none or aging, not promotion")
         n = len(wl)
         if remaining is not None and remaining.static_total.shape != (n,):
             raise ValueError("remaining estimates must align with the workload's requests")
+        if token_scale is None:
+            token_scale = tokens_per_quantile(wl.true_len) if n else 1.0
+        self.aging *= float(token_scale)     # tokens per second of age
         self.every = cfg.repredict_every
         self.margin = float(cfg.preempt_margin)
         self.max_pre = cfg.max_preemptions
@@ -99,22 +109,25 @@ class PreemptiveEngine(_Engine):
         self.rc_sq = 0.0
 
     # ---------------------------------------------------------------- keys
-    def totals(self, reqs: NDArray[np.int64], t: NDArray[np.float64]) -> NDArray[np.float64]:
+    def totals(self, reqs: NDArray[np.int64], generated: NDArray[np.float64]
+               ) -> NDArray[np.float64]:
+        """Predicted total lengths after `generated` tokens: the static prediction, or the
+        latest dynamic estimate at a step <= generated - 1 (the step convention, above)."""
         if self.est is None:
             return self.static_total[reqs]
-        return self.est.totals(reqs, t)
+        return self.est.totals(reqs, generated - 1)
 
     def wait_key(self, r: int) -> float:
         """Predicted remaining after the tokens generated so far, plus the aging credit; fixed
         while the request waits (it generates nothing)."""
         g = self.generated[r]
-        total = self.pred[r] if self.est is None else self.est.total(r, g)
+        total = self.pred[r] if self.est is None else self.est.total(r, g - 1)
         return max(total - g, 1.0) + self.aging * self.arrival[r]
 
     def running_keys(self, ids: NDArray[np.int64], k: int) -> NDArray[np.float64]:
         """Keys of running requests at iteration k; -inf for those out of preemptions."""
-        t = k - self.offset[ids]
-        keys = np.maximum(self.totals(ids, t) - t, 1.0) + self.age_term[ids]
+        g = k - self.offset[ids]  # tokens generated by iteration k
+        keys = np.maximum(self.totals(ids, g) - g, 1.0) + self.age_term[ids]
         keys[self.n_pre[ids] >= self.max_pre] = -np.inf
         return keys
 

@@ -1,10 +1,12 @@
 """Remaining-length estimates a preemptive scheduler reads while requests decode.
 
 A dynamic predictor is scored at some steps t of each test row (t tokens generated, its estimate
-r_t of the tokens still to come). A scheduler asks at any step: it uses the latest scored
-estimate at or before t minus the tokens generated since, i.e. the implied total s + r_s of the
-latest scored step s <= t, minus t (never below 1; the engine applies the floor). Before a row's
-first scored step, or for a row with none, the static prediction stands in (pred - t).
+r_t of the tokens still to come, read with the response up to y_{t+1}). A scheduler asks at any
+step t: it uses the latest scored estimate at or before t minus the tokens generated since, i.e.
+the implied total s + r_s of the latest scored step s <= t (never below 1; the engine applies the
+floor). Before a row's first scored step, or for a row with none, the static prediction stands
+in. The preemptive engine, whose requests have generated g tokens (y_1 from prefill included),
+asks at step t = g - 1, the latest step whose estimate reads no token not yet generated.
 
 Lookups are vectorised: the scored steps of all rows sit in one array sorted by (row, t). A
 request's t only grows while it is served, so each request keeps a cursor on its row's latest

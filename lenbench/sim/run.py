@@ -21,7 +21,7 @@ from lenbench.sim.workload import Workload
 def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None = None,
              dispatch: str | None = None, queue: str | None = None, seed: int = 0,
              record_timeline: bool = False, dispatch_len: ArrayLike | None = None,
-             remaining: Any = None) -> SimResult:
+             remaining: Any = None, token_scale: float | None = None) -> SimResult:
     """Run one simulation of `workload` on the cluster of `cfg`.
 
     `dispatch`/`queue` override cfg.dispatch/cfg.queue (handy for policy sweeps); `time_model`
@@ -32,11 +32,14 @@ def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None
     makes dispatch prediction-free, so that runs differing only in `pred_len` differ only in
     queue order (what `simulate_predictions` does unless cfg.dispatch_uses_predictions).
 
-    Queue keys: fcfs admits by arrival; sjf by predicted length (minus aging_alpha times the
-    request's age since arrival under aging), ties by arrival. A constant prediction therefore
-    admits in exactly FCFS order, with or without a starvation guard. srpt re-ranks by
-    predicted remaining length and preempts (preemption.py); `remaining` (a
-    `RequestRemaining`) supplies its dynamic estimates, else it uses pred_len - generated.
+    Queue keys: fcfs admits by arrival; sjf by `workload.pred_len` as given (minus aging_alpha
+    times the request's age since arrival under aging, in pred_len's units per second), ties
+    by arrival; the scored runs pass rank quantiles (keys.py), so that aging_alpha is in
+    quantiles per second. A constant prediction therefore admits in exactly FCFS order, with
+    or without a starvation guard. srpt re-ranks by predicted remaining tokens and preempts
+    (preemption.py); `remaining` (a `RequestRemaining`) supplies its dynamic estimates, else it
+    uses pred_len - generated; its aging credit is aging_alpha * `token_scale` tokens per
+    second (default: keys.tokens_per_quantile of the workload's true lengths).
     """
     dispatch = cfg.dispatch if dispatch is None else dispatch
     queue = cfg.queue if queue is None else queue
@@ -53,7 +56,7 @@ def simulate(workload: Workload, cfg: SimConfig, *, time_model: TimeModel | None
             raise ValueError(f"dispatch_len must be finite with shape {workload.pred_len.shape}")
     if queue == "srpt":
         return PreemptiveEngine(workload, cfg, model, dispatch, queue, seed, record_timeline,
-                                balance, remaining).run()
+                                balance, remaining, token_scale).run()
     if remaining is not None:
         raise ValueError("remaining-length estimates need queue='srpt'")
     return _Engine(workload, cfg, model, dispatch, queue, seed, record_timeline, balance).run()
