@@ -24,11 +24,12 @@ from rich.table import Table
 from lenbench.data.sources.reading import SourceError
 from lenbench.predictor_args import predictor_arg_problems, suite_problems
 from lenbench.validate import ConfigError, check_config
+from lenbench.worlds.shipped import ShippedWorldError
 
 # the configs ship inside the package (the repository's top-level conf/ links here)
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 # Errors that mean "fix the command or the input": one line each and exit status 2, no traceback.
-USER_ERRORS = (ConfigError, SourceError)
+USER_ERRORS = (ConfigError, SourceError, ShippedWorldError)
 log = logging.getLogger(__name__)
 
 

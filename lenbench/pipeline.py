@@ -40,6 +40,7 @@ from lenbench.generation.runner import ShardsPending, generate_labels, pretraine
 from lenbench.generation.sample_store import SampleStore
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
+from lenbench.models.shipped_toy import with_model_world
 from lenbench.predictor import TargetModel
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
@@ -110,7 +111,7 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
         model_name = ds.get("model_name") or UNNAMED_MODEL
     else:
         target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
-        model_name = model_cfg["name"]
+        model_name, cfg = model_cfg["name"], with_model_world(cfg, target_path)
 
         @functools.cache
         def target() -> TargetModel:

