@@ -99,10 +99,32 @@ def test_a_damaged_shipped_file_is_one_line_naming_it(tmp_path: Path, damage: st
     assert ("sha256" in message) if damage == "flip" else ("missing" in message)
 
 
-def test_a_damaged_shipped_file_is_a_user_error_in_the_cli() -> None:
-    from lenbench.cli import USER_ERRORS
+def test_a_damaged_shipped_file_stops_the_cli_with_one_line(tmp_path: Path) -> None:
+    """`lenbench` on a damaged copy of the shipped weights: exit status 2, one line naming the
+    file, no traceback, nothing trained."""
+    import subprocess
+    import sys
 
-    assert issubclass(ShippedWorldError, USER_ERRORS)
+    from helpers.cli import REPO
+
+    folder = tmp_path / "model"
+    shutil.copytree(SHIPPED_TOY_DIR, folder)
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    script = ("import sys; from pathlib import Path; import lenbench.models.shipped_toy as s; "
+              f"s.SHIPPED_TOY_DIR = Path({str(folder)!r}); from lenbench.cli import main; "
+              "sys.argv = ['lenbench', *sys.argv[1:]]; main()")
+    proc = subprocess.run([sys.executable, "-c", script, "predictor=constant", "progress=false",
+                           f"paths.cache_dir={tmp_path / 'cache'}",
+                           f"paths.results_dir={tmp_path / 'results'}",
+                           f"paths.leaderboard_dir={tmp_path / 'lb'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("lenbench: ")]
+    assert "Traceback" not in proc.stderr
+    assert str(folder / "model.safetensors") in errors[0] and "sha256" in errors[0]
+    assert not (tmp_path / "cache" / "toymodel").exists()
 
 
 def test_retraining_logs_progress_lines(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:

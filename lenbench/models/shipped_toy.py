@@ -42,9 +42,9 @@ def check_files(folder: str | Path, files: Mapping[str, Mapping]) -> None:
                                     "was changed: reinstall lenbench or restore it (git checkout)")
 
 
-def read_card(folder: str | Path = SHIPPED_TOY_DIR) -> dict | None:
-    """The shipped weights' card, or None where no weights are shipped."""
-    path = Path(folder) / CARD_FILE
+def read_card(folder: str | Path | None = None) -> dict | None:
+    """The card of shipped weights (by default the toy model's), or None where there is none."""
+    path = Path(folder or SHIPPED_TOY_DIR) / CARD_FILE
     if not path.exists():
         return None
     try:
@@ -73,9 +73,10 @@ def _shipped_card(toy_cfg: Mapping, folder: str | Path) -> dict | None:
     return card
 
 
-def shipped_toy_model(toy_cfg: Mapping, folder: str | Path = SHIPPED_TOY_DIR
+def shipped_toy_model(toy_cfg: Mapping, folder: str | Path | None = None
                       ) -> tuple[str, str] | None:
     """(folder, model key) of the weights shipped for `toy_cfg`, or None."""
+    folder = Path(folder or SHIPPED_TOY_DIR)
     card = _shipped_card(toy_cfg, folder)
     if card is None:
         return None
@@ -119,10 +120,11 @@ def _world_fingerprint(folder: str | Path) -> str | None:
 
 
 def retrained_toy_model(trained: str | Path, key: str, toy_cfg: Mapping,
-                        folder: str | Path = SHIPPED_TOY_DIR) -> tuple[str, str]:
+                        folder: str | Path | None = None) -> tuple[str, str]:
     """After `model.retrain=true`: say whether the model trained here is the shipped one. The
     same model resolves to the shipped folder and key (so the shipped world applies to it, and
     `generation.regenerate=true` compares fresh labels with it); another stays (trained, key)."""
+    folder = Path(folder or SHIPPED_TOY_DIR)
     card = _shipped_card(toy_cfg, folder)
     if card is None:
         return str(trained), key
