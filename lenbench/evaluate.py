@@ -36,6 +36,7 @@ from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
 from lenbench.pipeline import World
 from lenbench.predictor import Predictor
 from lenbench.results import (
+    PROTOCOL_VERSION,
     SCHEMA_VERSION,
     config_hash,
     environment_info,
@@ -60,6 +61,7 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
         identity["transfer"] = cfg["transfer"]
     return {
         "schema_version": SCHEMA_VERSION,
+        "protocol_version": PROTOCOL_VERSION,
         "status": "ok",
         "error": None,
         "kind": kind,

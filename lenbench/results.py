@@ -4,6 +4,8 @@ The leaderboard is a pure function of a folder of these files, so the format is 
 contract between a run and everything that reads it later. Shape of a result::
 
     schema_version  1
+    protocol_version  int: the scoring protocol the figures were computed under (PROTOCOL_VERSION;
+                    absent in files written before it existed: protocol 1)
     status          "ok" | "failed"
     error           null | {type, message, traceback}
     kind            "predictor" | "reference"
@@ -59,11 +61,24 @@ from lenbench.result_checks import REGENERATE, ResultError, check_type, fail, ge
 from lenbench.result_distributions import check_distribution_fields
 from lenbench.stages import atomic_write_bytes
 
-__all__ = ["SCHEMA_VERSION", "ResultError", "config_hash", "environment_info", "git_info",
-           "json_safe", "load_results", "result_path", "utc_now", "validate_result",
-           "write_result"]
+__all__ = ["PROTOCOL_VERSION", "SCHEMA_VERSION", "ResultError", "config_hash",
+           "environment_info", "git_info", "json_safe", "load_results", "protocol_version",
+           "result_path", "utc_now", "validate_result", "write_result"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the file layout; bump only when a reader can no longer load old files
+# The scoring rules the figures were computed under; a result without the field is protocol 1.
+# Version 2: the scheduling score ranks SJF keys by rank quantiles (scale-free); censored rows are
+# scored by every distribution score and by the noise floor; the audit of what was scored
+# re-predicts the full scored split with fresh copies of the fitted predictor.
+PROTOCOL_VERSION = 2
+PROTOCOL_CHANGES = {2: "the scale-free scheduling score, censored rows in every distribution "
+                       "score and in the noise floor, and the full-split audit"}
+
+
+def protocol_version(result: Mapping[str, Any]) -> int:
+    """The scoring protocol a result was computed under (1 when the file predates the field)."""
+    version = result.get("protocol_version")
+    return int(version) if is_number(version) else 1
 
 STATUSES = ("ok", "failed")
 KINDS = ("predictor", "reference")
@@ -214,6 +229,11 @@ def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
                else REGENERATE)
         raise fail(source, "schema_version", f"is {version!r}, this lenbench reads "
                     f"{SCHEMA_VERSION}", fix)
+    if "protocol_version" in d:  # optional: files written before it existed are protocol 1
+        check_type(d["protocol_version"], "protocol_version", source, "int")
+        if d["protocol_version"] < 1:
+            raise fail(source, "protocol_version", f"is {d['protocol_version']!r}, expected 1 or "
+                       "more")
     status = get_field(d, "status", source)
     if status not in STATUSES:
         raise fail(source, "status", f"is {status!r}, expected one of {list(STATUSES)}")

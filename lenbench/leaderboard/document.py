@@ -25,11 +25,18 @@ from lenbench.leaderboard.rows import (
     _Row,
     _row_cells,
     _table,
+    earlier_protocol,
     is_number,
 )
 from lenbench.leaderboard.scheduling import _scheduling_section
 from lenbench.leaderboard.transfer import _transfer_section
-from lenbench.results import load_results, safe_name
+from lenbench.results import (
+    PROTOCOL_CHANGES,
+    PROTOCOL_VERSION,
+    load_results,
+    protocol_version,
+    safe_name,
+)
 from lenbench.stages import atomic_write_bytes
 
 __all__ = ["build_leaderboard", "main"]
@@ -158,6 +165,21 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[str]:
     return [line for note in notes for line in (note, "")]
 
 
+def _protocol_note(rows: list[_Row]) -> list[str]:
+    """One line when results shown in the section (superseded ones aside) were scored under an
+    earlier protocol, naming what changed since the oldest of them."""
+    shown = list({id(r): r for row in rows for r in row.results}.values())
+    old = earlier_protocol(shown)
+    if not old:
+        return []
+    oldest = min(protocol_version(r) for r in old)
+    changes = "; ".join(PROTOCOL_CHANGES.get(v, f"protocol {v}")
+                        for v in range(oldest + 1, PROTOCOL_VERSION + 1))
+    return [f"**Scored under an earlier protocol** ({len(old)} of {len(shown)} results, marked "
+            f"‡): these figures were computed before {changes} (protocol {PROTOCOL_VERSION}); "
+            "rerun the section's runs to rescore them.", ""]
+
+
 def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
              written: set[Path], reference: str = DEFAULT_REFERENCE,
              fingerprint: str | None = None, split_by_fingerprint: bool = False) -> list[str]:
@@ -166,7 +188,7 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
     if split_by_fingerprint:
         heading += (f" (labels `{fingerprint[:8]}`)" if fingerprint
                     else " (labels not fingerprinted)")
-    lines = [heading, ""]
+    lines = [heading, ""] + _protocol_note(rows)
     if split_by_fingerprint:
         lines += [("**These results were scored on different labels from the other "
                    f"{dataset} / {model} table(s)** (another build of the data, or results "
@@ -321,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "test rows (default: %(default)s; the constant where absent)")
     parser.add_argument("--table", metavar="PATH",
                         help="also write every figure as one tidy CSV table (dataset, model, "
-                             "predictor, variant, seed, kind, status, metric, value)")
+                             "predictor, variant, seed, kind, status, protocol_version, "
+                             "metric, value)")
     args = parser.parse_args(argv)
 
     results_dir = Path(args.results)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lenbench.result_checks import is_number
-from lenbench.results import config_hash
+from lenbench.results import PROTOCOL_VERSION, config_hash, protocol_version
 
 DASH = "—"
 
@@ -36,7 +36,9 @@ LEGEND = (
     "† at step t this predictor reads token y_{t+1} (an EAGLE-3 draft's input), one token more "
     "than a probe on the target's state at n−1+t: its dynamic MAE uses more information. "
     "(non-causal): the audit of what was scored failed: a fresh copy of the fitted predictor did "
-    "not reproduce a scored value when what the protocol hides from it was changed."
+    "not reproduce a scored value when what the protocol hides from it was changed. "
+    "‡ scored under an earlier protocol (see the note under the section's heading): rerun it "
+    "to compare it with the other rows."
 )
 
 
@@ -201,6 +203,11 @@ def non_causal(results: Iterable[dict[str, Any]]) -> bool:
     return any((r.get("causality") or {}).get("passed") is False for r in results)
 
 
+def earlier_protocol(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results among `results` scored under an earlier protocol than this lenbench's."""
+    return [r for r in results if protocol_version(r) < PROTOCOL_VERSION]
+
+
 def _row_cells(row: _Row) -> list[str]:
     cis = [(row.static(r) or {}).get("mae_ci") for r in row.results]
     cis = [c for c in cis if isinstance(c, list) and len(c) == 2]
@@ -219,6 +226,8 @@ def _row_cells(row: _Row) -> list[str]:
         name += " †"
     if non_causal(row.results):
         name += " (non-causal)"
+    if earlier_protocol(row.results):
+        name += " ‡"
     if row.kind == "reference" and not isinstance(bounds, dict):
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
     if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):

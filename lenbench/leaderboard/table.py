@@ -5,7 +5,9 @@ a script compares runs with pandas instead of parsing markdown, and every cell o
 can be traced to a row here. `variant` is empty for the predictor's own figures and names the
 extra readings a predictor reports (e.g. a classifier's argmax and expectation). Metric names are
 dotted paths into the result file (`static.mae`, `dynamic.mae_ci_low`, `timings.fit_s`,
-`scheduling.score`), so each value can be found in the JSON it came from.
+`scheduling.score`), so each value can be found in the JSON it came from. `protocol_version` is
+the scoring protocol the run was computed under (1 for files that predate the field): compare
+figures across runs of the same protocol only.
 
     lenbench-leaderboard --table results.csv      # the same table, written as CSV
 """
@@ -19,9 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from lenbench.results import load_results
+from lenbench.results import load_results, protocol_version
 
-COLUMNS = ["dataset", "model", "predictor", "variant", "seed", "kind", "status", "metric", "value"]
+COLUMNS = ["dataset", "model", "predictor", "variant", "seed", "kind", "status",
+           "protocol_version", "metric", "value"]
 
 
 def _number(x: Any) -> float | None:
@@ -61,7 +64,7 @@ def result_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
              "model": (result.get("model") or {}).get("name"),
              "predictor": (result.get("predictor") or {}).get("name"),
              "seed": result.get("seed"), "kind": result.get("kind"),
-             "status": result.get("status")}
+             "status": result.get("status"), "protocol_version": protocol_version(result)}
     metrics = result.get("metrics") or {}
     figures: list[tuple[str, str, float]] = []
     for part in ("static", "dynamic"):

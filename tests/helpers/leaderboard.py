@@ -5,19 +5,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lenbench.results import load_results, result_path, write_result
+from lenbench.results import PROTOCOL_VERSION, load_results, result_path, write_result
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden_results"
 
 
 def synthetic_result(res: Path, name: str, seed: int, report: dict | None = None,
-                     dynamic: dict | None = None, **timings: float) -> None:
-    """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras."""
+                     dynamic: dict | None = None, protocol_version: int | None = PROTOCOL_VERSION,
+                     **timings: float) -> None:
+    """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras,
+    scored under `protocol_version` (None: a file written before the field existed)."""
     base = next(r for r in load_results(GOLDEN)[0]
                 if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
     r = json.loads(json.dumps(base))
     del r["_source"]
     r["predictor"]["name"], r["seed"] = name, seed
+    r.pop("protocol_version", None)
+    if protocol_version is not None:
+        r["protocol_version"] = protocol_version
     r["config_hash"] = f"{name[:4]}{seed:08d}".ljust(12, "0")
     if report is not None:
         r["report"] = report
