@@ -30,6 +30,7 @@ COLUMNS = ["Predictor", "Score [95% CI]", "Short mean", "Short P90", "Short P99"
 def _legacy(sched: dict) -> dict:
     """A record as older simulators wrote it: no score, no per-seed figures."""
     old = copy.deepcopy(sched)
+    old.pop("queue_key")
     for key in ("score_metric", "score_definition", "score_interval"):
         old.pop(key)
     for entry in old["headline"]:
@@ -240,6 +241,27 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     for phrase in ("SRPT on true lengths", "swap", "keep the predictions' units",
                    "Long mean / Long P99"):
         assert phrase in part, phrase
+
+
+def test_token_keyed_records_are_not_pooled(tmp_path: Path) -> None:
+    """A record of the simulator that keyed queues by predicted tokens (no "queue_key") is
+    counted in the note, not scored beside rank-keyed ones."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(6)
+    true = rng.lognormal(3.5, 0.8, 200).round() + 1
+    sim = dict(SIM, n_requests=150, seeds=[0, 1])
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, true * 1.2, np.full(200, 20), "mlp_probe", sim)
+        if r["seed"] == 1:
+            r["scheduling"].pop("queue_key")
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    _, rows = _sched_rows(md)
+    assert rows["mlp_probe"][8] == "1"
+    assert ("1 predictor result(s) were simulated before this score existed (their queues were "
+            "keyed by predicted tokens") in _section(md)
 
 
 def test_no_score_cell_says_why(tmp_path: Path) -> None:

@@ -42,10 +42,11 @@ def _sched_refs(sched: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _sched_scored(sched: dict[str, Any]) -> bool:
-    """Whether a record carries the same-dispatcher score with per-seed figures (records of
-    older simulators compared lb+sjf against rr+fcfs and cannot be pooled)."""
+    """Whether a record carries the same-dispatcher score on rank keys with per-seed figures
+    (records of older simulators compared lb+sjf against rr+fcfs, or keyed queues by predicted
+    tokens, whose score depends on the predictions' scale: they cannot be pooled)."""
     heads = sched.get("headline") or []
-    return (bool(sched.get("score_metric")) and bool(heads)
+    return (bool(sched.get("score_metric")) and bool(sched.get("queue_key")) and bool(heads)
             and all(isinstance(h.get("per_seed"), dict) for h in heads)
             and {"baseline", "oracle"} <= {h.get("row") for h in heads})
 
@@ -202,8 +203,9 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     scored = [r for r in with_sched if _sched_scored(r["scheduling"])]
     n_old = len(with_sched) - len(scored)
     old_note = (f"{n_old} predictor result(s) were simulated before this score existed (their "
-                "baseline was rr+fcfs and per-seed figures were not kept): re-run them to "
-                "score them.")
+                "queues were keyed by predicted tokens, so their score depended on the "
+                "predictions' scale, or their baseline was rr+fcfs without per-seed figures): "
+                "re-run them to score them.")
     if not scored:
         return ["### Scheduling", "", old_note, ""]
     # One table, one simulated setting (the most common, then the newest): records of another
@@ -227,6 +229,8 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     for r in with_sched:
         sched = r["scheduling"]
         entry = _predictor_row(sched)
+        if entry is not None and not _sched_scored(sched):  # counted in the note, not pooled
+            entry = {k: v for k, v in entry.items() if k != "per_seed"}
         if entry is not None:
             by_name[r["predictor"]["name"]].append((entry, _sched_refs(sched),
                                                     list(sched.get("seeds") or [])))
