@@ -44,6 +44,7 @@ copied unchanged. The changed rows' features live in memory, over the memory-map
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -115,6 +116,7 @@ class _Overlay:
                  counts: np.ndarray, entropy: list[np.ndarray] | None):
         self._base, self._originals = base, originals
         self._steps, self._index, self._entropy = steps, step_index, entropy
+        self._base_entropy = None  # the store's entropy file, mapped once (not once per row)
         self.meta = dict(getattr(base, "meta", {}) or {})
         offsets = np.asarray(base.step_offsets, dtype=np.int64)
         self._n = len(offsets) - 1
@@ -139,7 +141,13 @@ class _Overlay:
 
     def entropy(self, row: int) -> np.ndarray:
         if row < self._n:
-            return self._base.entropy(row)
+            folder = getattr(self._base, "folder", None)
+            if folder is None:
+                return self._base.entropy(row)
+            if self._base_entropy is None:
+                self._base_entropy = np.load(Path(folder) / "entropy.npy", mmap_mode="r")
+            tok = self._base.token_offsets
+            return np.asarray(self._base_entropy[tok[row]: tok[row + 1]])
         if self._entropy is None:
             raise AttributeError("the feature store holds no entropies")
         return self._entropy[row - self._n].copy()
