@@ -210,7 +210,8 @@ def _summary(results: list[dict[str, Any]]) -> None:
         table.add_row(r["predictor"]["name"], r["status"], _fmt(st.get("mae")),
                       "—" if not ci else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
                       _fmt(st.get("kendall_tau"), 3), _fmt(dy.get("mae")),
-                      _fmt((r.get("timings") or {}).get("fit_s"), 2))
+                      _fmt((r.get("timings") or {}).get("fit_s"), 2),
+                      *([_fmt(a.get("mae"))] if any(away) else []))
     Console(stderr=True).print(table)
 
 
