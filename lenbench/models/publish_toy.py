@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import logging
-import platform
 import shutil
-import subprocess
 from pathlib import Path
 
+from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
 from lenbench.models.gguf import CARD_FILE
 from lenbench.models.shipped_toy import SHIPPED_TOY_DIR, file_sha256
 
@@ -29,39 +27,6 @@ CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_ti
 LICENSE = ("Trained by lenbench on its own synthetic toyworld corpus (lenbench/data/toyworld.py); "
            "no third-party data or weights went into it. Released with lenbench, under the same "
            "terms as its code.")
-
-
-def cpu_description() -> dict:
-    """The CPU's name and the instruction sets that change how floats round."""
-    name, flags = platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name == platform.machine():
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {"name": name, "machine": platform.machine(),
-            "flags": [f for f in CPU_FLAGS if f in flags]}
-
-
-def package_versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def publish(trained: Path, out: Path, toy_config: dict, threads: int) -> dict:
@@ -85,8 +50,9 @@ def publish(trained: Path, out: Path, toy_config: dict, threads: int) -> dict:
         "toy_config": toy_config,
         "training": {k: build[k] for k in ("initial_train_loss", "final_train_loss",
                                            "n_train_rows", "seconds")},
-        "packages": package_versions(),
-        "build": {"cpu": cpu_description(), "threads": threads, "lenbench_commit": _commit(),
+        "packages": package_versions(PACKAGES),
+        "build": {"cpu": cpu_description(CPU_FLAGS), "threads": threads,
+                  "lenbench_commit": lenbench_commit(),
                   "command": "python -m lenbench.models.publish_toy --cache DIR"},
         "files": {name: {"sha256": file_sha256(out / name), "bytes": (out / name).stat().st_size}
                   for name in MODEL_FILES},

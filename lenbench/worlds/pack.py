@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import json
-import platform
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ import pandas as pd
 
 from lenbench.fingerprints import labels_fingerprint
 from lenbench.generation.sample_store import SampleStore, prompt_tokens_sha
+from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
 from lenbench.models.gguf import read_card
 from lenbench.stages import atomic_write_bytes, stable_hash
 from lenbench.worlds.shipped import CARD_FILE, SAMPLES_FILE, file_sha256, text_sha256
@@ -34,39 +32,6 @@ LICENSE = ("The response token ids and lengths are outputs of the model the card
            "lenbench and released with it. Prompts are not included: rows reference the source's "
            "records, which keep their own license (ShareGPT V3: user-shared conversations, "
            "distributed by the package the card names).")
-
-
-def cpu_description() -> dict:
-    """The CPU's name and the instruction sets that change float results or speed."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("", platform.machine()):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {"name": name, "machine": platform.machine(),
-            "flags": [f for f in CPU_FLAGS if f in flags]}
-
-
-def package_versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def lenbench_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def world_rows(labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
@@ -160,7 +125,8 @@ def pack_world(stage: Path, out: Path, name: str, threads: int | None = None,
             "sampling", "seed", "n_samples", "dense_prompts", "dense_n_samples", "censored_rows",
             "eos_token_ids", "chat_template_kwargs", "backend", "model_dtype", "generator")},
         "sample_key": gen_card["sample_key"],
-        "build": {"packages": package_versions(), "cpu": cpu_description(), "threads": threads,
+        "build": {"packages": package_versions(PACKAGES), "cpu": cpu_description(CPU_FLAGS),
+                  "threads": threads,
                   "lenbench_commit": lenbench_commit(),
                   "batch_size": (gen_card.get("backend_config") or {}).get("batch_size")},
         "labels_fingerprint": labels_fingerprint(labels),
