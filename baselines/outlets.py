@@ -28,7 +28,7 @@ import torch
 
 from lenbench import Needs, Predictor
 from lenbench.distributions import LengthDistribution
-from lenbench.generation.runner import eos_token_ids
+from lenbench.models.chat import eos_token_ids
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
-from lenbench.generation.runner import render_prompt
+from lenbench.models.chat import render_prompt
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ import torch
 from lenbench.configs import load_preset
 from lenbench.data.promptset import build_promptset, toyworld_source
 from lenbench.features.extract import FeatureConfig, extract_features, role_layers
-from lenbench.generation.hf import GenRequest, GenStats, HFGenerator, SamplingConfig
-from lenbench.generation.runner import eos_token_ids, render_prompt
+from lenbench.generation.hf import HFGenerator
+from lenbench.generation.protocol import GenRequest, GenStats, SamplingConfig
+from lenbench.models.chat import eos_token_ids, render_prompt
 from lenbench.models.loading import load_target, model_folder, resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.parity import build_backend, model_preset, sharegpt_prompts
-from lenbench.generation.runner import pretrained_eos_ids, render_prompt
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.models.chat import pretrained_eos_ids, render_prompt
 from lenbench.models.loading import model_folder
 
 

@@ -25,8 +25,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lenbench.generation.hf import GenRequest, HFGenerator, SamplingConfig
-from lenbench.generation.runner import eos_token_ids, render_prompt
+from lenbench.generation.hf import HFGenerator
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.models.chat import eos_token_ids, render_prompt
 from lenbench.models.loading import load_target, resolve_model
 from lenbench.pipeline import _promptset_stage
 

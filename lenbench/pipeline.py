@@ -35,9 +35,10 @@ from lenbench.features.extract import (
 )
 from lenbench.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
-from lenbench.generation.hf import SamplingConfig
-from lenbench.generation.runner import ShardsPending, generate_labels, pretrained_eos_ids
+from lenbench.generation.protocol import SamplingConfig
+from lenbench.generation.runner import ShardsPending, generate_labels
 from lenbench.generation.sample_store import SampleStore
+from lenbench.models.chat import pretrained_eos_ids
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.models.shipped_toy import with_model_world

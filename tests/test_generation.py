@@ -25,15 +25,15 @@ from helpers.cli import FIXTURES
 from helpers.models import tiny_llama, toy_prompt_table
 
 from lenbench.generation.hf import (
-    GenRequest,
     HFGenerator,
-    SamplingConfig,
     _sample_candidates,
     _sample_sorted,
     sample_token,
     sample_tokens,
 )
-from lenbench.generation.runner import LABEL_COLUMNS, generate_labels, render_prompt
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.generation.runner import LABEL_COLUMNS, generate_labels
+from lenbench.models.chat import render_prompt
 
 VOCAB = 64
 MAX_NEW = 24

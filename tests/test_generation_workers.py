@@ -19,7 +19,7 @@ import pytest
 from helpers.cli import FIXTURES, REPO
 from helpers.models import toy_prompt_table
 
-from lenbench.generation.hf import SamplingConfig
+from lenbench.generation.protocol import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels
 
 N_PROMPTS = 10  # -> 4 shards of 3 prompts (3, 3, 3, 1)
@@ -154,7 +154,7 @@ def test_pipeline_workers_then_sweep_equal_one_process(toy_tiny_path, session_ca
 
 def test_eos_ids_without_weights_match_the_loaded_model(toy_tiny, toy_tiny_path):
     """The pipeline reads EOS ids from the saved configs (no weights): same ids as the model."""
-    from lenbench.generation.runner import eos_token_ids, pretrained_eos_ids
+    from lenbench.models.chat import eos_token_ids, pretrained_eos_ids
 
     assert pretrained_eos_ids(toy_tiny_path, toy_tiny.tokenizer) == \
         eos_token_ids(toy_tiny.model, toy_tiny.tokenizer)

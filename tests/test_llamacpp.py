@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.llamacpp_server import LlamaServerError, find_binary
+from lenbench.generation.protocol import GenRequest, SamplingConfig
 
 SMOLLM2_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 PROMPTS = ["What is the capital of France?", "Name one colour.", "Why is the sky blue?",
@@ -64,7 +64,7 @@ def smollm2(tmp_path_factory):
     from transformers import AutoTokenizer
 
     from lenbench.generation.parity import model_preset
-    from lenbench.generation.runner import pretrained_eos_ids, render_prompt
+    from lenbench.models.chat import pretrained_eos_ids, render_prompt
     from lenbench.models.loading import model_folder
 
     folder = model_folder("smollm2-135m-instruct", tmp_path_factory.mktemp("cache"))

@@ -27,14 +27,14 @@ from helpers.servers import (
     openai_client,
 )
 
-from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.openai_backend import (
     OpenAIGenerator,
     ServerError,
     choice_result,
     request_seed,
 )
-from lenbench.generation.runner import eos_token_ids
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.models.chat import eos_token_ids
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def mixed(toy_tiny, prompt_table, tmp_path_factory):
     that some rows stop on the tokenizer's EOS, some on the extra one and some hit the limit.
     """
     from lenbench.generation.hf import HFGenerator
-    from lenbench.generation.runner import render_prompt
+    from lenbench.models.chat import render_prompt
     from lenbench.models.loading import load_target
 
     tok = toy_tiny.tokenizer

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lenbench.cli import CONF_DIR
-from lenbench.generation.runner import render_prompt
+from lenbench.models.chat import render_prompt
 from lenbench.pipeline import generation_stage_config
 
 

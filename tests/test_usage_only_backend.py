@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 from helpers.servers import generate_with, openai_client
 
-from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.length_counts import (
     CountedResult,
     CountError,
@@ -24,6 +23,7 @@ from lenbench.generation.length_counts import (
     usage_result,
 )
 from lenbench.generation.openai_backend import OpenAIGenerator, ServerError
+from lenbench.generation.protocol import SamplingConfig
 
 # the mixed model (greedy answers that stop on either EOS or hit the cap) and its toy server
 pytest_plugins = ["test_openai_backend"]

@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from lenbench.generation.backends import GenerationTarget, label_key, make_generator
-from lenbench.generation.hf import GenRequest, HFGenerator, SamplingConfig
+from lenbench.generation.hf import HFGenerator
 from lenbench.generation.openai_backend import request_seed
+from lenbench.generation.protocol import GenRequest, SamplingConfig
 from lenbench.generation.vllm_backend import (
     VLLMGenerator,
     completion_result,

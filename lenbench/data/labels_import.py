@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from lenbench.generation.runner import LABEL_COLUMNS, render_prompt
+from lenbench.generation.runner import LABEL_COLUMNS
+from lenbench.models.chat import render_prompt
 
 LENGTH_KEY = "length"  # where the jsonl source keeps a known length in a prompt's meta
 CENSORED_KEY = "censored"  # ... and its censoring flag(s), when the trace gave one

@@ -1,4 +1,4 @@
-"""Backend dispatch: `generation.backend` -> a generator with HFGenerator's `generate` method.
+"""Backend dispatch: `generation.backend` -> a `Generator` (the protocol of `protocol.py`).
 
 Every backend receives the prompt ids lenbench rendered and the same EOS ids, and reports L the
 same way (docs/protocol.md, Labels), so labels from `hf`, `vllm`, `openai` and `llamacpp` differ
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from lenbench.generation.protocol import Generator
 
 BACKENDS = ("hf", "vllm", "openai", "llamacpp")
 
@@ -51,7 +53,8 @@ def label_key(gen_cfg: dict) -> dict:
             if gen_cfg.get(k) not in (None, {}, [])}
 
 
-def make_generator(gen_cfg: dict, target: GenerationTarget, eos_ids: Sequence[int]):
+def make_generator(gen_cfg: dict, target: GenerationTarget,
+                   eos_ids: Sequence[int]) -> Generator:
     """The generator `generation.backend` names, built from the `generation` config group."""
     name = backend_name(gen_cfg)
     if name == "hf":

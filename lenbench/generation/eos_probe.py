@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from lenbench.generation.hf import GenRequest, SamplingConfig
 from lenbench.generation.http_client import ServerError
 from lenbench.generation.length_counts import (
     Convention,
@@ -22,6 +21,8 @@ from lenbench.generation.length_counts import (
     observe,
     text_token_count,
 )
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.models.chat import render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ class EOSProbe:
                 raise ServerError("lengths from usage need the tokenizer for the EOS probe")
             self.length_source = "token_ids"
             return Convention(None, "no probe: no tokenizer given", [])
-        from lenbench.generation.runner import render_prompt
-
         cfg = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=self.probe_max_tokens)
         observations, has_ids, has_count = [], [], []
         for text in self.probe_prompts:

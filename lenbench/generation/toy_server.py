@@ -48,7 +48,7 @@ class ToyBackend:
         if shape not in SHAPES:
             raise ValueError(f"shape={shape!r}: use one of {list(SHAPES)}")
         from lenbench.generation.hf import HFGenerator
-        from lenbench.generation.runner import eos_token_ids
+        from lenbench.models.chat import eos_token_ids
         from lenbench.models.loading import load_target
 
         target = load_target(model_path, "float32", "cpu")
@@ -72,7 +72,7 @@ class ToyBackend:
                 os._exit(3)
 
     def complete(self, body: dict) -> dict:
-        from lenbench.generation.hf import GenRequest, SamplingConfig
+        from lenbench.generation.protocol import GenRequest, SamplingConfig
 
         if body.get("model") not in (None, self.name):
             raise BadRequest(f"model {body.get('model')!r} is not served here ({self.name!r})")

@@ -19,11 +19,19 @@ vLLM is an optional extra: `pip install -e ".[vllm]"` on a CUDA machine.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from lenbench.generation.hf import GenRequest, GenResult, GenStats, SamplingConfig
 from lenbench.generation.openai_backend import request_seed
+from lenbench.generation.protocol import (
+    Generated,
+    Generator,
+    GenRequest,
+    GenResult,
+    GenStats,
+    OnDone,
+    SamplingConfig,
+)
 
 INSTALL_HINT = ('generation.backend=vllm needs the optional vLLM extra: pip install -e ".[vllm]" '
                 "(a CUDA machine; vLLM brings its own torch build). Or use generation=hf, or "
@@ -105,8 +113,8 @@ def request_output_results(outputs: Sequence[Any], n_requests: int, eos_ids: Seq
     return results, stats
 
 
-class VLLMGenerator:
-    """Generates GenRequests with vLLM's offline engine (same interface as HFGenerator)."""
+class VLLMGenerator(Generator):
+    """Generates GenRequests with vLLM's offline engine."""
 
     def __init__(self, model: str, eos_ids: Sequence[int], *, revision: str | None = None,
                  dtype: str = "auto", tensor_parallel_size: int = 1, seed: int = 0,
@@ -150,12 +158,8 @@ class VLLMGenerator:
                 **{k: v for k, v in self.engine_args.items() if k not in ("model", "tokenizer")},
                 "sampling_extra": self.sampling_extra}
 
-    def generate(
-        self,
-        requests: Sequence[GenRequest],
-        cfg: SamplingConfig,
-        on_done: Callable[[int], None] | None = None,
-    ) -> tuple[list[GenResult], GenStats]:
+    def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
+                 on_done: OnDone | None = None) -> Generated:
         """Generate every request in one `LLM.generate` call (vLLM batches continuously)."""
         if not requests:
             return [], GenStats()

@@ -140,7 +140,7 @@ def convert_gguf(parts: GGUFParts, out_dir: Path, *, dtype: str = "float32",
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lenbench.generation.runner import eos_token_ids
+    from lenbench.models.chat import eos_token_ids
     from lenbench.models.dtypes import DTYPES
 
     started = time.perf_counter()

@@ -10,9 +10,10 @@ import sys
 import pytest
 
 from helpers.cli import REPO
-from lenbench.generation.hf import SamplingConfig
 from lenbench.generation.openai_backend import OpenAIGenerator
-from lenbench.generation.runner import eos_token_ids, generate_labels
+from lenbench.generation.protocol import SamplingConfig
+from lenbench.generation.runner import generate_labels
+from lenbench.models.chat import eos_token_ids
 
 N_PROMPTS = 12
 SHARD = 3
