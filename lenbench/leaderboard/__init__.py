@@ -8,6 +8,15 @@ Per (dataset, model), "Predictor details" shows what each predictor reported abo
 (`Predictor.report()`: flat entries, a speculative-decoding table) and every dynamic predictor's
 MAE by observed steps; a report's ``row_labels`` name its rows in the main table.
 `results_table` / `load_table` give every figure as one tidy pandas table (table.py).
+
+Sections build blocks (blocks.py: headings, paragraphs, tables, captions, images) and two
+renderers read them: the markdown, and a static web site beside it (site.py, html.py):
+``index.html`` sets the worlds side by side (predictors as rows, rank and static MAE per world,
+the markdown's markers, filters by world and predictor kind) and ``world-<stem>.html`` holds one
+world's tables, plots, card and links to its result files. Every table sorts by any column;
+captions sit once per page in a glossary linked from the column headers. The pages carry their
+style and script inline and fetch nothing, so the folder opens from file:// offline
+(``lenbench-leaderboard --no-site`` skips them).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import re
 import statistics
 from typing import Any
 
+from lenbench.leaderboard.blocks import LEFT, Block, Caption, Heading, Table, Text
 from lenbench.leaderboard.rows import (
     DASH,
     _cell,
@@ -16,7 +17,6 @@ from lenbench.leaderboard.rows import (
     _num,
     _report,
     _Row,
-    _table,
     _time,
     is_number,
     non_causal,
@@ -105,7 +105,7 @@ def _seed_values(values: list[Any]) -> str:
     return " / ".join(shown) if shown else DASH
 
 
-def _observed_steps_table(rows: list[_Row]) -> list[str]:
+def _observed_steps_table(rows: list[_Row]) -> list[Block]:
     """Remaining-length MAE at t = 0, 8, 16, 32, ... observed steps, one row per dynamic
     predictor (the ForeLen/PLP warm-up reading), with the requests still decoding at each t."""
     entries = []
@@ -137,20 +137,21 @@ def _observed_steps_table(rows: list[_Row]) -> list[str]:
         body.append(cells)
     first = entries[0][1][0]
     counts = [at(first, "n_by_observed_steps", t) for t in ts]
-    body.append(["*requests decoding at t*"] + [DASH if c is None else str(c) for c in counts]
-                + [""])
+    foot = [["*requests decoding at t*"] + [DASH if c is None else str(c) for c in counts]
+            + [""]]
     header = ["Predictor"] + [f"t = {t}" for t in ts] + ["ms/step"]
-    return ["#### Dynamic MAE by observed steps", "",
+    return [Heading(4, "Dynamic MAE by observed steps"),
             *_fixed_population_table(entries),
-            _table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
-            ("MAE of the remaining length L − t at exactly t generated tokens, over the requests "
-             "still decoding at t (last row; from the lowest-seed result), mean ± std over seeds. "
-             "Each column covers a different population (short requests leave as t grows), so "
-             "compare predictors within a column, not a predictor across columns. "
-             "ms/step: the predictor's own latency per decoding step."), ""]
+            Table(header, body, foot=foot, caption="observed_steps"),
+            Caption("observed_steps",
+                    "MAE of the remaining length L − t at exactly t generated tokens, over the "
+                    "requests still decoding at t (last row; from the lowest-seed result), mean "
+                    "± std over seeds. Each column covers a different population (short requests "
+                    "leave as t grows), so compare predictors within a column, not a predictor "
+                    "across columns. ms/step: the predictor's own latency per decoding step.")]
 
 
-def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) -> list[str]:
+def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) -> list[Block]:
     """The same reading over one population (requests longer than T, metrics._fixed_population),
     so a predictor can be followed across columns."""
     fixed = [(row, [d["fixed_population"] for d in dyn if d.get("fixed_population")])
@@ -168,11 +169,12 @@ def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) ->
             cells.append(_mean_std([float(p["mae"][i]) for p in same if is_number(p["mae"][i])]))
         body.append(cells)
     header = ["Predictor"] + [f"t = {t}" for t in ts]
-    return [_table(header, [":---"] + ["---:"] * len(ts), body), "",
-            (f"Over one population: the {first['n_requests']} requests longer than "
-             f"{first['t_max']} tokens (the longest observed t that at least half of the test "
-             "requests outlive), so every column covers the same requests. The table below "
-             "covers all requests still decoding at each t."), ""]
+    return [Table(header, body, caption="fixed_population"),
+            Caption("fixed_population",
+                    f"Over one population: the {first['n_requests']} requests longer than "
+                    f"{first['t_max']} tokens (the longest observed t that at least half of the "
+                    "test requests outlive), so every column covers the same requests. The table "
+                    "below covers all requests still decoding at each t.")]
 
 
 def _depth_list(spec: dict[str, Any], key: str) -> list[float] | None:
@@ -182,7 +184,7 @@ def _depth_list(spec: dict[str, Any], key: str) -> list[float] | None:
     return None
 
 
-def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[Block]:
     """τ and per-depth acceptance for predictors that report a ``speculative`` dict, each beside
     its random-init draft (``speculative.random_init``) when reported."""
     table_rows: list[tuple[str, list[dict[str, Any]]]] = []
@@ -213,21 +215,23 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
             elif depth[key]:
                 cells.append(_num(_mean([statistics.fmean(v) for v in lists]), 3))
         body.append(cells)
-    return ["#### Speculative decoding quality", "",
-            _table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
-            ("As reported by each predictor (`report()[\"speculative\"]`), means over seeds: τ is "
-             "the mean acceptance length (tokens per drafting round), α_i the acceptance rate at "
-             "draft depth i, acc_i the offline top-1 agreement of the draft with the target at "
-             "depth i, E[acc]_i the expected acceptance at depth i from that agreement. The "
-             "random-init row is the same draft untrained: the floor the training lifts."), ""]
+    return [Heading(4, "Speculative decoding quality"),
+            Table(header, body, caption="speculative"),
+            Caption("speculative",
+                    "As reported by each predictor (`report()[\"speculative\"]`), means over "
+                    "seeds: τ is the mean acceptance length (tokens per drafting round), α_i the "
+                    "acceptance rate at draft depth i, acc_i the offline top-1 agreement of the "
+                    "draft with the target at depth i, E[acc]_i the expected acceptance at depth "
+                    "i from that agreement. The random-init row is the same draft untrained: the "
+                    "floor the training lifts.")]
 
 
-def _details_section(rows: list[_Row]) -> list[str]:
+def _details_section(rows: list[_Row]) -> list[Block]:
     """Predictor details: the dynamic observed-steps table, the speculative-decoding table and,
     per predictor, the flat entries of its ``report`` (mean ± std over seeds for numbers)."""
     mains = [row for row in rows if row.variant is None and row.kind == "predictor"]
     mains.sort(key=lambda row: row.base_label)
-    lines = _observed_steps_table(mains)
+    blocks = _observed_steps_table(mains)
     spec_entries = []
     for row in mains:
         specs = [_report(r).get("speculative") for r in row.results]
@@ -235,7 +239,7 @@ def _details_section(rows: list[_Row]) -> list[str]:
         if specs:
             spec_entries.append((row.base_label, specs))
     if spec_entries:
-        lines += _speculative_table(spec_entries)
+        blocks += _speculative_table(spec_entries)
     for row in mains:
         reports = [_report(r) for r in row.results]
         flat = [_flatten(rep) for rep in reports]
@@ -245,17 +249,16 @@ def _details_section(rows: list[_Row]) -> list[str]:
         seeds = ", ".join(str(r["seed"]) for r in row.results)
         body = [[f"`{_cell(k)}`", _cell(_seed_values([f.get(k) for f, _ in flat]), 600)]
                 for k in keys]
-        lines += [f"#### {_cell(row.base_label)}", "",
-                  f"Reported by the predictor (seeds {seeds}).", "",
-                  _table(["Entry", "Value"], [":---", ":---"], body), ""]
+        blocks += [Heading(4, _cell(row.base_label)),
+                  Text(f"Reported by the predictor (seeds {seeds})."),
+                  Table(["Entry", "Value"], body, [LEFT, LEFT])]
         skipped = max(n for _, n in flat)
         if skipped:
-            note = f"{skipped} longer list(s) are in the result files only."
-            lines += [note, ""]
-    if not lines:
+            blocks.append(Text(f"{skipped} longer list(s) are in the result files only."))
+    if not blocks:
         return []
-    return ["### Predictor details", "",
-            ("Figures each predictor measured about itself (`Predictor.report()`, stored in its "
-             "result file) and dynamic predictors' error by observed steps. Numbers are means "
-             "over seeds (± sample std when they differ); other entries show their distinct "
-             "values in seed order."), "", *lines]
+    return [Heading(3, "Predictor details"),
+            Text("Figures each predictor measured about itself (`Predictor.report()`, stored in "
+                 "its result file) and dynamic predictors' error by observed steps. Numbers are "
+                 "means over seeds (± sample std when they differ); other entries show their "
+                 "distinct values in seed order."), *blocks]

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from lenbench.leaderboard.blocks import Block, Caption, Heading, Image, Table, Text
 from lenbench.leaderboard.plots import _save_png
-from lenbench.leaderboard.rows import DASH, _cell, _Row, _table, non_causal
+from lenbench.leaderboard.rows import DASH, _cell, _Row, non_causal
 from lenbench.metrics import paired_difference
 from lenbench.result_checks import is_number
 
@@ -227,7 +228,7 @@ def distribution_cells(d: DistRow) -> list[str]:
             _value(d.dynamic, "crps"), _coverage(d.dynamic, "80"), str(d.seeds)]
 
 
-def _population_lines(data: list[DistRow]) -> list[str]:
+def _population_lines(data: list[DistRow]) -> list[Block]:
     """Who was scored and how: each row's population (predictors alike are listed together),
     the censored rows' cut-off, and what clipping to [1, cap] moved (means per seed)."""
     groups: dict[tuple[Any, ...], list[str]] = {}
@@ -253,7 +254,7 @@ def _population_lines(data: list[DistRow]) -> list[str]:
     if clipped:
         out.append("Distributions clipped to [1, cap] before scoring (rows per seed whose "
                    "predicted mass reached beyond): " + "; ".join(clipped) + ".")
-    return [line for text in out for line in (text, "")]
+    return [Text(text) for text in out]
 
 
 def _pit_plot(data: list[DistRow], path: Path, title: str) -> bool:
@@ -284,16 +285,16 @@ def _pit_plot(data: list[DistRow], path: Path, title: str) -> bool:
 
 
 def _distributions_section(rows: list[_Row], out_dir: Path, stem: str, written: set[Path],
-                           title: str) -> list[str]:
-    """The markdown of the section and its plot; nothing when no result is distributional."""
+                           title: str) -> list[Block]:
+    """The section's blocks and its plot; nothing when no result is distributional."""
     data = distribution_rows(rows)
     if not data:
         return []
-    table = _table(_HEADER, [":---"] + ["---:"] * (len(_HEADER) - 1),
-                   [distribution_cells(d) for d in data])
-    lines = ["### Distributions", "", table, "", *_population_lines(data), CAPTION, ""]
+    table = Table(_HEADER, [distribution_cells(d) for d in data], caption="distributions")
+    blocks = [Heading(3, "Distributions"), table, *_population_lines(data),
+              Caption("distributions", CAPTION)]
     plot = out_dir / f"{stem}-pit.png"
     if _pit_plot(data, plot, title):
         written.add(plot)
-        lines += [f"![PIT histograms, {title}]({plot.name})", ""]
-    return lines
+        blocks.append(Image(f"PIT histograms, {title}", plot.name))
+    return blocks

@@ -14,6 +14,7 @@ from lenbench.result_checks import is_number
 from lenbench.results import PROTOCOL_VERSION, config_hash, protocol_version
 
 DASH = "—"
+MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
 
 LEGEND = (
     "MAE in tokens (static: total length; dynamic: remaining length by the OUTLETS protocol, the "
@@ -198,14 +199,27 @@ def _cell(text: Any, limit: int = 200) -> str:
 
 
 def non_causal(results: Iterable[dict[str, Any]]) -> bool:
-    """True when the audit of what was scored (lenbench/audit.py) failed for one of `results`:
-    a scored value moved when what the protocol hides from it changed."""
+    """True when the audit of what was scored (lenbench/scoring/audit.py) failed for one of
+    `results`: a scored value moved when what the protocol hides from it changed."""
     return any((r.get("causality") or {}).get("passed") is False for r in results)
 
 
 def earlier_protocol(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The results among `results` scored under an earlier protocol than this lenbench's."""
     return [r for r in results if protocol_version(r) < PROTOCOL_VERSION]
+
+
+def row_marks(row: _Row) -> list[str]:
+    """The markers after a row's name (LEGEND): † reads the next token, (non-causal) failed the
+    audit, ‡ scored under an earlier protocol."""
+    marks = []
+    if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
+        marks.append("†")
+    if non_causal(row.results):
+        marks.append("(non-causal)")
+    if earlier_protocol(row.results):
+        marks.append("‡")
+    return marks
 
 
 def _row_cells(row: _Row) -> list[str]:
@@ -222,12 +236,8 @@ def _row_cells(row: _Row) -> list[str]:
               if row.kind == "reference" and row.results else None)
     if row.kind == "reference":
         name = f"*{name}* (ref)"
-    if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
-        name += " †"
-    if non_causal(row.results):
-        name += " (non-causal)"
-    if earlier_protocol(row.results):
-        name += " ‡"
+    for mark in row_marks(row):
+        name += f" {mark}"
     if row.kind == "reference" and not isinstance(bounds, dict):
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
     if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
@@ -252,9 +262,3 @@ def _row_cells(row: _Row) -> list[str]:
 _HEADER = ["Predictor", "Static MAE", "95% CI", "Kendall τ", "Spearman", "Within ±25%",
            "Dynamic MAE", "Fit (s)", "ms/request", "Params", "Seeds"]
 _ALIGN = [":---"] + ["---:"] * (len(_HEADER) - 1)
-
-
-def _table(header: Sequence[str], align: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)

@@ -9,7 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lenbench.leaderboard.rows import DASH, _cell, _num, _params_key, _table, is_number
+from lenbench.leaderboard.blocks import LEFT, RIGHT, Block, Caption, Heading, Image, Table, Text
+from lenbench.leaderboard.rows import DASH, _cell, _num, _params_key, is_number
 
 
 def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
@@ -186,7 +187,7 @@ def _sched_caption(first: dict[str, Any]) -> str:
 
 
 def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
-                        written: set[Path], title: str) -> list[str]:
+                        written: set[Path], title: str) -> list[Block]:
     """Scheduling outcomes from the simulator: each predictor's score (the share of the
     oracle's latency gain over the same dispatcher with FCFS) with its interval and its
     short- and long-request changes, beside the baseline, oracle and constant rows."""
@@ -207,7 +208,7 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
                 "predictions' scale, or their baseline was rr+fcfs without per-seed figures): "
                 "re-run them to score them.")
     if not scored:
-        return ["### Scheduling", "", old_note, ""]
+        return [Heading(3, "Scheduling"), Text(old_note)]
     # One table, one simulated setting (the most common, then the newest): records of another
     # sim config or other simulator seeds are counted, not pooled.
     def setting(r: dict[str, Any]) -> str:
@@ -244,15 +245,16 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
 
     body += [_sched_cells(_cell(name), by_name[name], metric)
              for name in sorted(by_name, key=order)]
-    lines = ["### Scheduling", "", _sched_intro(first), "",
-             _table(_SCHED_HEADER, [":---"] + ["---:"] * (len(_SCHED_HEADER) - 1), body), "",
-             _sched_caption(first), ""]
+    lines = [Heading(3, "Scheduling"), Text(_sched_intro(first)),
+             Table(_SCHED_HEADER, body, caption="scheduling"),
+             Caption("scheduling", _sched_caption(first))]
     if n_old:
-        lines += [old_note + f" They are left out of the scores and Runs (a predictor with no "
-                  f"other result shows {DASH}).", ""]
+        lines.append(Text(old_note + " They are left out of the scores and Runs (a predictor "
+                          f"with no other result shows {DASH})."))
     if other:
-        lines += [(f"{len(other)} predictor result(s) simulated with another sim configuration "
-                   "or other simulator seeds than the one above are not shown."), ""]
+        lines.append(Text(f"{len(other)} predictor result(s) simulated with another sim "
+                          "configuration or other simulator seeds than the one above are not "
+                          "shown."))
     lines += _comparison_lines(scored, main)
     plot = out_dir / f"{stem}-sched-quality.png"
     try:
@@ -260,9 +262,9 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
 
         plot_score_vs_quality([r["scheduling"] for r in scored], plot)
         written.add(plot)
-        lines += [f"![Scheduling score vs Kendall tau, {title}]({plot.name})", ""]
+        lines.append(Image(f"Scheduling score vs Kendall tau, {title}", plot.name))
     except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
-        lines += [f"(scheduling plot skipped: {type(exc).__name__}: {exc})", ""]
+        lines.append(Text(f"(scheduling plot skipped: {type(exc).__name__}: {exc})"))
     return lines
 
 
@@ -334,7 +336,7 @@ def _cmp_has(records: list[dict[str, Any]], row: str) -> bool:
                for r in records)
 
 
-def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> list[str]:
+def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> list[Block]:
     """The "Scheduling comparison" table: one line per predictor and policy (static SJF,
     preemptive re-ranking on static and dynamic estimates, distributional ordering) with its
     score and its long-request mean and P99 changes, beside the oracle's SJF and SRPT-bound
@@ -386,9 +388,9 @@ def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> lis
         f"{cmp.get('preempt_cost')}, charged in simulated time. A policy a predictor has no "
         f"input for (no dynamic or no distributional predictions) is not listed. Preemptions / "
         f"request: mean over runs and simulator seeds.")
-    return ["#### Scheduling comparison", "",
-            _table(_CMP_HEADER, [":---", ":---"] + ["---:"] * (len(_CMP_HEADER) - 2), body), "",
-            caption, ""]
+    return [Heading(4, "Scheduling comparison"),
+            Table(_CMP_HEADER, body, [LEFT, LEFT] + [RIGHT] * (len(_CMP_HEADER) - 2),
+                  caption="scheduling_comparison"), Caption("scheduling_comparison", caption)]
 
 
 def _pct(value: Any) -> str:

@@ -12,7 +12,8 @@ from collections import defaultdict
 from typing import Any
 
 from lenbench.comparisons import choose_reference, paired_cell
-from lenbench.leaderboard.rows import DASH, _build_rows, _cell, _mean, _mean_std, _num, _Row, _table
+from lenbench.leaderboard.blocks import Block, Caption, Heading, Table, Text
+from lenbench.leaderboard.rows import DASH, _build_rows, _cell, _mean, _mean_std, _num, _Row
 from lenbench.result_checks import is_number
 
 TRANSFER_LEGEND = (
@@ -81,22 +82,24 @@ def _set_line(side: str, block: dict[str, Any]) -> str:
             + f", {block.get('n_rows')} rows from {block.get('n_prompts')} prompts")
 
 
-def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int) -> list[str]:
+def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int
+                 ) -> list[Block]:
     newest = max(results, key=lambda r: (r["created_at"], r["_source"]))["transfer"]
     home, away = newest["trained_on"], newest["scored_on"]
-    lines = [f"### Transfer: trained on {_cell(home['name'])}, scored on {_cell(away['name'])}",
-             "",
-             (f"Fitted on {_cell(home['name'])}'s train split ({home.get('n_train')} rows; val "
-              f"{home.get('n_val')}) and scored on every prompt of {_cell(away['name'])}, all of "
-              f"its splits: {away.get('n_scored')} rows from {away.get('n_scored_prompts')} "
-              f"prompts ({away.get('n_prompts_left_out')} prompts left out: also in "
-              f"{_cell(home['name'])}'s train or val split). Same model and generation "
-              "settings."), "",
-             _set_line("Trained on", home) + ".", "",
-             _set_line("Scored on", away) + f", mean L {away.get('mean_L') or 0:.1f}.", ""]
+    lines = [Heading(3, f"Transfer: trained on {_cell(home['name'])}, scored on "
+                        f"{_cell(away['name'])}"),
+             Text(f"Fitted on {_cell(home['name'])}'s train split ({home.get('n_train')} "
+                  f"rows; val {home.get('n_val')}) and scored on every prompt of "
+                  f"{_cell(away['name'])}, all of its splits: {away.get('n_scored')} rows from "
+                  f"{away.get('n_scored_prompts')} prompts ({away.get('n_prompts_left_out')} "
+                  f"prompts left out: also in {_cell(home['name'])}'s train or val split). Same "
+                  "model and generation settings."),
+             Text(_set_line("Trained on", home) + "."),
+             Text(_set_line("Scored on", away) + f", mean L {away.get('mean_L') or 0:.1f}.")]
     if is_number(away.get("n_scored_prompts")) and away["n_scored_prompts"] < min_prompts:
-        lines += [f"**Too few transfer prompts to rank predictors** ({away['n_scored_prompts']} "
-                  f"< {min_prompts}): differences here are anecdotes, not rankings.", ""]
+        lines.append(Text(f"**Too few transfer prompts to rank predictors** "
+                          f"({away['n_scored_prompts']} < {min_prompts}): differences here are "
+                          "anecdotes, not rankings."))
     scored = [r for r in results if (r["transfer"].get("metrics") or {}).get("static")]
     failed = [r for r in results if r["transfer"].get("error")]
     rows, _ = _build_rows([_as_result(r) for r in scored])
@@ -118,25 +121,26 @@ def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int
     header = ["Predictor", "Transfer MAE", "95% CI", f"Δ vs {ref_name or 'reference'}",
               "In-world MAE", "Change", "Kendall τ", "Dynamic MAE", "In-world dynamic MAE",
               "Seeds"]
-    lines += [_table(header, [":---"] + ["---:"] * (len(header) - 1), body), "",
-              TRANSFER_LEGEND.replace("REF", ref_name or "the reference"), ""]
+    lines += [Table(header, body, caption="transfer"),
+              Caption("transfer", TRANSFER_LEGEND.replace("REF", ref_name or "the reference"))]
     if failed:
-        lines += ["Failed on the transfer set (their in-world scores stand): " + "; ".join(
+        lines += [Text("Failed on the transfer set (their in-world scores stand): " + "; ".join(
             f"{_cell(r['predictor']['name'])} (seed {r['seed']}): "
             f"{_cell(r['transfer']['error'].get('type'))}: "
             f"{_cell((str(r['transfer']['error'].get('message', '')).splitlines() or [''])[0])}"
-            for r in sorted(failed, key=lambda r: (r["predictor"]["name"], r["seed"]))) + ".", ""]
+            for r in sorted(failed, key=lambda r: (r["predictor"]["name"], r["seed"]))) + ".")]
     return lines
 
 
-def _transfer_section(ok: list[dict[str, Any]], reference: str, min_prompts: int) -> list[str]:
+def _transfer_section(ok: list[dict[str, Any]], reference: str, min_prompts: int
+                      ) -> list[Block]:
     """One table per transfer set scored from this world's results (none: no lines)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in ok:
         t = r.get("transfer")
         if isinstance(t, dict) and isinstance(t.get("scored_on"), dict):
             groups[(str(t["scored_on"].get("name")), _fingerprint(t["scored_on"]))].append(r)
-    lines: list[str] = []
+    lines: list[Block] = []
     for key in sorted(groups):
         lines += _table_lines(groups[key], reference, min_prompts)
     return lines

@@ -1,0 +1,81 @@
+"""One-line notes on the site's column headers and the titles of its glossary entries.
+
+A header's tooltip says in a line what the column holds; the full caption (the markdown's text
+under the table) is in the page's glossary, linked from the header. Notes are short on purpose:
+the caption stays the one place that defines a figure.
+"""
+
+from __future__ import annotations
+
+CAPTION_TITLES = {
+    "main": "Main table",
+    "distributions": "Distributions",
+    "observed_steps": "Dynamic MAE by observed steps",
+    "fixed_population": "Dynamic MAE over one population",
+    "speculative": "Speculative decoding quality",
+    "scheduling": "Scheduling",
+    "scheduling_comparison": "Scheduling comparison",
+    "transfer": "Transfer",
+    "index": "Overview",
+}
+
+COLUMN_NOTES = {
+    "Predictor": "the predictor (and its reading); markers after the name: see the glossary",
+    "Static MAE": "mean absolute error of the total length, tokens (mean ± std over seeds)",
+    "95% CI": "bootstrap 95% interval over prompts, bounds averaged over seeds",
+    "Kendall τ": "Kendall τ-b rank correlation with the true lengths, mean over seeds",
+    "Spearman": "Spearman rank correlation with the true lengths, mean over seeds",
+    "Within ±25%": "share of requests predicted within 25% of their true length",
+    "Dynamic MAE": "mean absolute error of the remaining length over decoding steps, tokens",
+    "Fit (s)": "fitting time in seconds, mean over seeds",
+    "ms/request": "prediction time per request in milliseconds",
+    "Params": "parameter count of the predictor",
+    "Seeds": "number of seeds pooled in the row",
+    "Rows (censored)": "rows scored, and how many of them were cut at the length cap",
+    "Mean pinball": "pinball loss averaged over five quantile levels, tokens",
+    "CRPS": "threshold-weighted continuous ranked probability score, tokens (lower is better)",
+    "Δ CRPS vs siblings": "CRPS minus the sibling reference's on the same rows, paired",
+    "50% coverage": "share of true lengths inside the central 50% interval",
+    "50% width": "mean width of the central 50% interval, tokens",
+    "80% coverage": "share of true lengths inside the central 80% interval",
+    "80% width": "mean width of the central 80% interval, tokens",
+    "Dyn. CRPS": "CRPS of the remaining-length distributions over decoding steps",
+    "Dyn. 80% coverage": "coverage of the remaining-length 80% intervals",
+    "Score [95% CI]": "share of the oracle's latency gain over FCFS this predictor reaches",
+    "Short mean": "change of the short requests' mean end-to-end latency against the baseline",
+    "Short P90": "change of the short requests' P90 end-to-end latency against the baseline",
+    "Short P99": "change of the short requests' P99 end-to-end latency against the baseline",
+    "Long mean": "change of the long requests' mean end-to-end latency against the baseline",
+    "Long P99": "change of the long requests' P99 end-to-end latency against the baseline",
+    "Runs": "predictor seeds pooled in the row",
+    "Policy": "the scheduling policy the predictions drive",
+    "Preemptions / request": "mean preemptions per request, over runs and simulator seeds",
+    "ms/step": "the predictor's own latency per decoding step, milliseconds",
+    "τ": "mean acceptance length: tokens per drafting round",
+    "Transfer MAE": "static MAE on the transfer set, tokens",
+    "In-world MAE": "the same runs' static MAE on this world's test split",
+    "Change": "transfer minus in-world MAE (positive: worse on the other prompt set)",
+    "In-world dynamic MAE": "the same runs' dynamic MAE on this world's test split",
+    "Entry": "a figure the predictor reported about itself",
+    "Value": "its value: mean ± std over seeds for numbers",
+    "Kind": "what the predictor predicts: static totals, dynamic remaining lengths, "
+            "distributions; references are not predictors",
+}
+
+PREFIX_NOTES = (
+    ("Δ vs ", "MAE minus the reference predictor's on the same test rows, paired; bold where "
+              "the 95% interval excludes 0"),
+    ("Dyn. Δ vs ", "dynamic MAE minus the reference predictor's, paired"),
+    ("t = ", "remaining-length MAE at exactly this many generated tokens"),
+    ("α_", "acceptance rate at this draft depth"),
+    ("acc_", "offline top-1 agreement of the draft with the target at this depth"),
+    ("E[acc]_", "expected acceptance at this depth"),
+    ("mean ", "mean over draft depths"),
+)
+
+
+def column_note(header: str) -> str:
+    """The one-line note of a column header ('' when there is none)."""
+    if header in COLUMN_NOTES:
+        return COLUMN_NOTES[header]
+    return next((note for prefix, note in PREFIX_NOTES if header.startswith(prefix)), "")
