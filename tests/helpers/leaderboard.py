@@ -38,3 +38,32 @@ def heading_block(md: str, heading: str) -> str:
     """The text under a `#### heading` up to the next heading."""
     rest = md.split(f"#### {heading}\n", 1)[1]
     return rest.split("\n#", 1)[0]
+
+
+HOSTILE_NAME = '<script>alert("x")</script> & <img src=//evil.example/x> *a* | `b`'
+HOSTILE_SHOWN = '<script>alert("x")</script> & <img src=//evil.example/x> a | b'  # as read
+
+
+def site_results(res: Path) -> dict[str, list[str]]:
+    """A small results folder for the web site: the golden world, a second world (a model name
+    with a slash), a predictor with a hostile name, and a file whose path needs quoting in a
+    link. Returns the world titles and predictor names the site must show, as a reader sees
+    them (the markdown's marks in a name, *a* and `b`, are rendered on the page as in README)."""
+    import shutil
+
+    shutil.copytree(GOLDEN, res, dirs_exist_ok=True)
+    synthetic_result(res, HOSTILE_NAME, 0)
+    base = json.loads(next((GOLDEN / "toyworld" / "toy" / "mlp_probe").glob("*.json"))
+                      .read_text(encoding="utf-8"))
+    other = json.loads(json.dumps(base))
+    other["dataset"]["name"], other["model"]["name"] = "other_set", "org/model-b"
+    write_result(result_path(res, "other_set", "org/model-b", "mlp_probe",
+                             other["config_hash"]), other)
+    spaced = json.loads(json.dumps(base))
+    spaced["predictor"]["name"] = "spaced_probe"
+    odd = res / "toyworld" / "toy" / "odd folder #1" / "a b.json"
+    odd.parent.mkdir(parents=True)
+    odd.write_text(json.dumps(spaced), encoding="utf-8")
+    return {"worlds": ["toyworld / toy", "other_set / org/model-b"],
+            "predictors": ["mlp_probe", "bin_classifier", "bin_classifier (expectation)",
+                           "noise_floor", "spaced_probe", HOSTILE_SHOWN]}
