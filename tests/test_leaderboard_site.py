@@ -76,7 +76,7 @@ def test_no_url_of_another_host(site: tuple[Path, dict[str, list[str]]]) -> None
             if name in ("src", "href", "action", "srcset", "data", "poster"):
                 assert not re.match(r"\s*([a-z][a-z0-9+.-]*:|//|\\\\)", value, re.I) \
                     or value.startswith("#"), (path.name, tag, value)
-        assert {"link", "iframe", "object", "embed", "base", "form"} & set(page.tags) <= {"form"}
+        assert not {"link", "iframe", "object", "embed", "base", "form"} & set(page.tags)
         source = path.read_text(encoding="utf-8")
         style_and_script = "".join(re.findall(r"<(?:style|script)>(.*?)</(?:style|script)>",
                                               source, re.S))

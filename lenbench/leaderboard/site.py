@@ -148,9 +148,8 @@ def _filters(worlds: list[World]) -> str:
                     f"{inline(w.title)}</label>" for i, w in enumerate(worlds))
     kinds = "".join(f'<label><input type="checkbox" checked data-kind="{k}"> {k}</label>'
                     for k in KINDS)
-    return (f'<form id="filters" onsubmit="return false"><fieldset><legend>Worlds</legend>'
-            f"{boxes}</fieldset><fieldset><legend>Predictor kinds</legend>{kinds}</fieldset>"
-            "</form>")
+    return (f'<div id="filters"><fieldset><legend>Worlds</legend>{boxes}</fieldset>'
+            f"<fieldset><legend>Predictor kinds</legend>{kinds}</fieldset></div>")
 
 
 INDEX_NOTE = (
