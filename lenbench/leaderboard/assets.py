@@ -82,7 +82,8 @@ ul.files { columns: 2 24rem; font-size: .9rem; }
   body { font-size: 14px; }
   main { padding: .3rem .6rem 2rem; }
   th, td { padding: .25rem .4rem; }
-  td.l:first-child { min-width: 7rem; }
+  td.l:first-child { min-width: 6rem; max-width: 10rem; overflow-wrap: anywhere; }
+  #overview th:nth-child(2), #overview td:nth-child(2) { display: none; }
   .card dl { grid-template-columns: 1fr; }
   .card dd { margin-bottom: .3rem; }
 }
