@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from lenbench import Needs, Predictor
-from lenbench.progress import ProgressLog
-from lenbench.training import count_parameters
+from lenbench.heads.training import count_parameters
+from lenbench.runtime.progress import ProgressLog
 
 PREDICT_BATCH = 64  # prompts per forward in predict()
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
-from lenbench.distributions import LengthDistribution
-from lenbench.training import Standardizer, count_parameters, mlp, train_head
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.heads.training import Standardizer, count_parameters, mlp, train_head
 
 
 class BinClassifier(Predictor):

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from lenbench import Predictor
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.instantiate import instantiate_predictor
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,6 @@ class ConformalPredictor(Predictor):
 
     def __init__(self, base: Any, levels=QUANTILE_LEVELS, base_sees_val: bool = False,
                  dynamic: bool = True):
-        from lenbench.cli import instantiate_predictor
-
         if isinstance(base, Predictor):
             self.base = base
         elif isinstance(base, dict) and "_target_" in base:

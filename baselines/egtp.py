@@ -13,7 +13,7 @@ import numpy as np
 
 from baselines.soft_bins import SoftBinRegressor
 from lenbench import Needs, Predictor
-from lenbench.distributions import LengthDistribution
+from lenbench.contract.distributions import LengthDistribution
 
 
 class EGTP(Predictor):

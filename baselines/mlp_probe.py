@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
-from lenbench.quantile_loss import pinball_loss, quantile_mlp, start_at_quantiles
-from lenbench.training import Standardizer, count_parameters, mlp, train_head
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.heads.quantile_loss import pinball_loss, quantile_mlp, start_at_quantiles
+from lenbench.heads.training import Standardizer, count_parameters, mlp, train_head
 
 
 def _widths(hidden: int) -> list[int]:

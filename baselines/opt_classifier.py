@@ -27,8 +27,8 @@ from baselines.bert_regressor import (
     fine_tune,
 )
 from lenbench import Needs, Predictor
-from lenbench.distributions import LengthDistribution
-from lenbench.training import count_parameters
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.heads.training import count_parameters
 
 
 def load_tokenizer(path: str | None):

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from lenbench import Needs, Predictor
-from lenbench.distributions import LengthDistribution
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.heads.quantile_loss import start_at_quantiles
 from lenbench.models.chat import eos_token_ids
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
@@ -36,7 +37,6 @@ from lenbench.outlets.speculative import acceptance_report
 from lenbench.outlets.target_cache import open_target_cache
 from lenbench.outlets.train import draft_states, offline_acceptance, train_draft, uses_sd
 from lenbench.outlets.vocab import build_draft_vocab
-from lenbench.quantile_loss import start_at_quantiles
 
 log = logging.getLogger(__name__)
 VARIANTS = ("outlets", "lp_only", "sd_only", "no_decoder")

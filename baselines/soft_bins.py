@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from lenbench.distributions import LengthDistribution
-from lenbench.training import Standardizer, count_parameters, train_head
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.heads.training import Standardizer, count_parameters, train_head
 
 
 def soft_labels(bins: torch.Tensor, n_bins: int) -> torch.Tensor:

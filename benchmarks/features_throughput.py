@@ -42,8 +42,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from lenbench.batching import length_batches, pad_right
 from lenbench.features.extract import FeatureConfig, extract_features
+from lenbench.runtime.batching import length_batches, pad_right
 
 LLAMA_31_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
@@ -83,7 +83,7 @@ def make_labels(n_rows: int, prompt_len: int, resp_len: int, vocab: int, seed: i
 
 
 def batches_like_extract(labels: pd.DataFrame, batch_tokens: int) -> list[list[int]]:
-    """The batches `extract_features` forms (the same lenbench.batching call)."""
+    """The batches `extract_features` forms (the same lenbench.runtime.batching call)."""
     return length_batches((labels["prompt_token_ids"].map(len) + labels["L"]).to_numpy(),
                           batch_tokens)
 

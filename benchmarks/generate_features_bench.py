@@ -21,8 +21,9 @@ import pandas as pd
 import torch
 
 from lenbench.configs import load_preset
+from lenbench.contract.features import role_layers
 from lenbench.data.promptset import build_promptset, toyworld_source
-from lenbench.features.extract import FeatureConfig, extract_features, role_layers
+from lenbench.features.extract import FeatureConfig, extract_features
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.protocol import GenRequest, GenStats, SamplingConfig
 from lenbench.models.chat import eos_token_ids, render_prompt

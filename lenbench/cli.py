@@ -21,8 +21,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 from rich.table import Table
 
+from lenbench.contract.instantiate import (
+    instantiate_predictor,
+    predictor_arg_problems,
+    suite_problems,
+)
 from lenbench.data.sources.reading import SourceError
-from lenbench.predictor_args import predictor_arg_problems, suite_problems
 from lenbench.validate import ConfigError, check_config
 from lenbench.worlds.shipped import ShippedWorldError
 
@@ -62,27 +66,6 @@ def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
     return out
 
 
-def instantiate_predictor(pred_cfg: dict):
-    """Build a predictor from its config (`_target_` + constructor arguments)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
-    from lenbench.predictor import Predictor
-
-    args = {k: v for k, v in pred_cfg.items() if k != "name"}
-    if "_target_" not in args:
-        raise ValueError("a predictor config needs `_target_: module.Class` (see conf/predictor/)")
-    try:
-        obj = instantiate(args, _convert_="all")
-    except InstantiationException as exc:  # surface the predictor's own error, not Hydra's wrapper
-        if exc.__cause__ is not None:
-            raise exc.__cause__ from None
-        raise
-    if not isinstance(obj, Predictor):
-        raise TypeError(f"{args['_target_']} is not a lenbench.Predictor subclass")
-    return obj
-
-
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain values; a required value left unset is a `ConfigError`, not a trace."""
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -110,7 +93,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import label_import_cap, prepare_world
-    from lenbench.runtime import configure_threads
+    from lenbench.runtime.process import configure_threads
     from lenbench.transfer import (
         attach_transfer,
         check_transfer,

@@ -15,26 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.audit import ScoredRecord, audit_scored
 from lenbench.configs import group_settings
-from lenbench.distribution_metrics import (
-    distribution_metrics,
-    dynamic_distribution_metrics,
-    row_scores,
-    score_threshold,
-    sibling_distributions,
-)
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
-from lenbench.hygiene import clean_predictions
-from lenbench.inputs import SplitView
-from lenbench.metrics import (
-    dynamic_metrics,
-    request_errors,
-    static_metrics,
-)
-from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.predictor import Predictor
+from lenbench.contract.views import SplitView
 from lenbench.pipeline import World
-from lenbench.predictor import Predictor
 from lenbench.results import (
     PROTOCOL_VERSION,
     SCHEMA_VERSION,
@@ -46,7 +31,22 @@ from lenbench.results import (
     utc_now,
     write_result,
 )
-from lenbench.runtime import seed_everything
+from lenbench.runtime.process import seed_everything
+from lenbench.scoring.audit import ScoredRecord, audit_scored
+from lenbench.scoring.distribution_metrics import (
+    distribution_metrics,
+    dynamic_distribution_metrics,
+    row_scores,
+    score_threshold,
+    sibling_distributions,
+)
+from lenbench.scoring.hygiene import clean_predictions
+from lenbench.scoring.metrics import (
+    dynamic_metrics,
+    request_errors,
+    static_metrics,
+)
+from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     t0 = time.perf_counter()
     predictor.fit(train, val if len(val) else None)
     fit_s = time.perf_counter() - t0
-    # the fitted state and every scored call, for the audit of what was scored (lenbench/audit.py)
+    # the fitted state and every scored call, for the audit of what was scored
+    # (lenbench/scoring/audit.py)
     scored = ScoredRecord(predictor, (train, val, test, test_hidden, test_static, world.features,
                                       target, world.labels))
     t0 = time.perf_counter()
@@ -305,7 +306,7 @@ def noise_floor_result(world: World, cfg: dict,
     """
     ev = group_settings(cfg, "eval")
     _, _, test = views(world)
-    # censored samples count at their cut-off, scored as lower bounds (noise_floor.py)
+    # censored samples count at their cut-off, scored as lower bounds (scoring/noise_floor.py)
     censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
     true, groups = test.lengths.astype(np.float64), test.group_ids
     cap = length_cap(cfg)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lenbench.data.labels_import import import_labels, known_lengths
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.needs import TargetModel
 from lenbench.data.promptset import (
     DROPPED_FILE,
     build_promptset,
@@ -27,22 +28,16 @@ from lenbench.data.promptset import (
     source_from_config,
 )
 from lenbench.data.sources.reading import SourceError
-from lenbench.features.extract import (
-    FeatureConfig,
-    FeatureStore,
-    extract_features,
-    features_config,
-)
-from lenbench.fingerprints import labels_fingerprint, stage_fingerprint
+from lenbench.features.extract import FeatureConfig, extract_features, features_config
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
+from lenbench.generation.labels_import import import_labels, known_lengths
 from lenbench.generation.protocol import SamplingConfig
 from lenbench.generation.runner import ShardsPending, generate_labels
-from lenbench.generation.sample_store import SampleStore
 from lenbench.models.chat import pretrained_eos_ids
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.models.shipped_toy import with_model_world
-from lenbench.predictor import TargetModel
+from lenbench.scoring.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
 from lenbench.world_checks import (
@@ -51,6 +46,7 @@ from lenbench.world_checks import (
     warn_censoring,
     warn_duplicate_lengths,
 )
+from lenbench.worlds.sample_store import SampleStore
 from lenbench.worlds.shipped import (
     SAMPLES_FILE,
     report_against_shipped,
@@ -80,7 +76,8 @@ class World:
     model_cfg: dict = field(default_factory=dict)
     device: str = "cpu"
     target: Callable[[], TargetModel] | None = None  # the live target model, loaded on first call
-    fingerprints: dict = field(default_factory=dict)  # content hashes (lenbench/fingerprints.py)
+    # content hashes (lenbench/scoring/fingerprints.py)
+    fingerprints: dict = field(default_factory=dict)
 
     def rows(self, split: str) -> np.ndarray:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)

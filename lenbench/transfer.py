@@ -21,15 +21,15 @@ from typing import Any
 import numpy as np
 
 from lenbench.configs import group_settings
+from lenbench.contract.predictor import Predictor
+from lenbench.contract.views import SplitView
 from lenbench.data.promptset import promptset_key
 from lenbench.data.sources.reading import SourceError
 from lenbench.evaluate import length_cap
-from lenbench.hygiene import clean_predictions
-from lenbench.inputs import SplitView
-from lenbench.metrics import dynamic_metrics, request_errors, static_metrics
-from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
 from lenbench.pipeline import World, label_import_cap, prepare_world, world_name
-from lenbench.predictor import Predictor
+from lenbench.scoring.hygiene import clean_predictions
+from lenbench.scoring.metrics import dynamic_metrics, request_errors, static_metrics
+from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
 from lenbench.validate import ConfigError, config_problems
 
 log = logging.getLogger(__name__)

@@ -201,9 +201,9 @@ def _model_problems(model: Mapping[str, Any]) -> list[str]:
 
 
 def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
+    from lenbench.contract.features import POOLINGS, ROLES, STEP_POOLINGS
     from lenbench.generation.backends import BACKENDS
     from lenbench.generation.openai_backend import LENGTH_SOURCES
-    from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS
 
     out = []
     device = _get(cfg, "device")

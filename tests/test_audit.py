@@ -1,6 +1,6 @@
-"""The audit of what was scored (lenbench/audit.py): fresh copies of the fitted predictor must
-reproduce the scored outputs of every method on a full-size view of the test split with a few
-rows perturbed. Predictors that cheat only where a small or separate audit would not look are
+"""The audit of what was scored (lenbench/scoring/audit.py): fresh copies of the fitted predictor
+must reproduce the scored outputs of every method on a full-size view of the test split with a
+few rows perturbed. Predictors that cheat only where a small or separate audit would not look are
 flagged: on large views only, in `predict_remaining_distribution` only, on unperturbed data only,
 on the first call only, across rows; an honest predictor with every method passes, and the flag
 reaches the result file and the leaderboard."""
@@ -16,11 +16,11 @@ from helpers.models import tiny_llama
 from helpers.worlds import CFG, TrainQuantiles, make_world, synthetic_world
 
 from lenbench import QUANTILE_LEVELS, LengthDistribution, Needs, Predictor, TargetModel
-from lenbench.audit import audit_causality, fresh_copy
-from lenbench.causality import _Stacked
+from lenbench.contract.views import SplitView
 from lenbench.evaluate import evaluate_predictor, save
-from lenbench.inputs import SplitView
 from lenbench.results import validate_result
+from lenbench.scoring.audit import audit_causality, fresh_copy
+from lenbench.scoring.causality import _Stacked
 
 
 @pytest.fixture(scope="module")

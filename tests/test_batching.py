@@ -1,6 +1,6 @@
 """Length-grouped batching: longest first, padded width x rows within the budget."""
 
-from lenbench.batching import length_batches, pad_right
+from lenbench.runtime.batching import length_batches, pad_right
 
 
 def test_batches_respect_the_padded_budget_and_cover_every_row_once() -> None:

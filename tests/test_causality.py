@@ -4,7 +4,7 @@ It passes the causal baselines (mlp_probe, plp, OUTLETS on a tiny random Llama),
 predictors that read the future in each of the ways the dynamic view allows (tokens after
 y_{t+1}, the number of tokens or steps of a row, later step states, later entropies), leaves the
 audited predictor and the random state as they were, and the leaderboard marks a failed audit.
-The perturbed view is the whole split with a few rows changed (lenbench/causality.py);
+The perturbed view is the whole split with a few rows changed (lenbench/scoring/causality.py);
 tests/test_audit.py holds the predictors that cheat only where an audit might not look.
 """
 
@@ -23,9 +23,9 @@ from helpers.worlds import synthetic_world
 from baselines.mlp_probe import MLPProbe
 from baselines.plp import PLP
 from lenbench import Needs, Predictor, TargetModel
-from lenbench.audit import audit_causality
-from lenbench.causality import perturb
-from lenbench.inputs import SplitView
+from lenbench.contract.views import SplitView
+from lenbench.scoring.audit import audit_causality
+from lenbench.scoring.causality import perturb
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,8 @@ def test_mlp_probe_and_plp_pass(world) -> None:
 def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:
     """OUTLETS runs its own draft on sequence_token_ids: causal attention and y_{t+1} inputs."""
     from baselines.outlets import Outlets
-    from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features
+    from lenbench.contract.features import FeatureStore
+    from lenbench.features.extract import FeatureConfig, extract_features
 
     model = tiny_llama(n_layers=8, hidden=32, vocab=64, seed=0)
     rng = np.random.default_rng(0)

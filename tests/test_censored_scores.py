@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lenbench.distribution_metrics import (
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.scoring.distribution_metrics import (
     distribution_metrics,
     dynamic_distribution_metrics,
     pit_histogram,
 )
-from lenbench.distribution_scores import clip_counts, crps, pinball, pit, row_scores
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.scoring.distribution_scores import clip_counts, crps, pinball, pit, row_scores
 
 EDGES = np.arange(0.0, 1201.0)  # one-token bins: integer lengths 1 .. 1200
 

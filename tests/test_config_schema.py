@@ -12,9 +12,13 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from lenbench.cli import CONF_DIR, instantiate_predictor
+from lenbench.cli import CONF_DIR
 from lenbench.configs import SCHEMAS
-from lenbench.predictor_args import predictor_arg_problems, suite_problems
+from lenbench.contract.instantiate import (
+    instantiate_predictor,
+    predictor_arg_problems,
+    suite_problems,
+)
 
 CONF = Path(CONF_DIR)
 TYPED_GROUPS = sorted(SCHEMAS)

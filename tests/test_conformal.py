@@ -9,8 +9,8 @@ import pytest
 
 from baselines.conformal import ConformalPredictor, conformal_offsets
 from baselines.prompt_length import PromptLengthPredictor
-from lenbench.generation.runner import LABEL_COLUMNS
-from lenbench.inputs import SplitView
+from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.contract.views import SplitView
 
 
 def simulated_splits(n_train: int, n_val: int, n_test: int, seed: int = 0):

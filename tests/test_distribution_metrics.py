@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lenbench.distribution_metrics import (
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.scoring.distribution_metrics import (
     crps,
     distribution_metrics,
     dynamic_distribution_metrics,
@@ -16,7 +17,6 @@ from lenbench.distribution_metrics import (
     row_scores,
     sibling_distributions,
 )
-from lenbench.distributions import LengthDistribution
 
 LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9)
 

@@ -17,11 +17,11 @@ from baselines.mlp_probe import MLPProbe, MLPQuantileProbe
 from baselines.opt_classifier import OPTClassifier
 from baselines.plp import PLP
 from lenbench import Predictor
-from lenbench.audit import audit_causality
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
-from lenbench.features.extract import FeatureStore
-from lenbench.inputs import SplitView
-from lenbench.quantile_loss import MonotoneQuantiles, pinball_loss
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.views import SplitView
+from lenbench.heads.quantile_loss import MonotoneQuantiles, pinball_loss
+from lenbench.scoring.audit import audit_causality
 
 HIDDEN, SIGMA = 16, 0.3
 

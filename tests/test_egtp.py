@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from baselines.egtp import EGTP
 from baselines.soft_bins import SoftBinRegressor, soft_labels
-from lenbench.cli import instantiate_predictor
+from lenbench.contract.instantiate import instantiate_predictor
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
 

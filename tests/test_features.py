@@ -14,7 +14,8 @@ import pytest
 import torch
 from helpers.models import tiny_llama
 
-from lenbench.features.extract import FeatureConfig, FeatureStore, extract_features, role_layers
+from lenbench.contract.features import FeatureStore, role_layers
+from lenbench.features.extract import FeatureConfig, extract_features
 
 VOCAB = 64
 # (prompt length n, response length L) per row: mixed, so rows of one batch need padding
@@ -177,8 +178,8 @@ def test_running_entropy_pool_equals_direct_softmax_pool():
 
 
 def test_features_config_adds_what_predictors_need_and_nothing_else():
+    from lenbench.contract.needs import Needs
     from lenbench.features.extract import features_config
-    from lenbench.predictor import Needs
 
     base = {"roles": ["mid"], "poolings": ["last"], "step_roles": ["mid"], "step_stride": 1}
     assert features_config(base, [Needs(hidden=("mid",))]) == {**base, "step_poolings": ["last"]}

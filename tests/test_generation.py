@@ -24,6 +24,7 @@ import torch
 from helpers.cli import FIXTURES
 from helpers.models import tiny_llama, toy_prompt_table
 
+from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.generation.hf import (
     HFGenerator,
     _sample_candidates,
@@ -32,7 +33,7 @@ from lenbench.generation.hf import (
     sample_tokens,
 )
 from lenbench.generation.protocol import GenRequest, SamplingConfig
-from lenbench.generation.runner import LABEL_COLUMNS, generate_labels
+from lenbench.generation.runner import generate_labels
 from lenbench.models.chat import render_prompt
 
 VOCAB = 64

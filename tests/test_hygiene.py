@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from lenbench import Needs, Predictor
+from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.evaluate import evaluate_predictor, noise_floor_result
-from lenbench.generation.runner import LABEL_COLUMNS
-from lenbench.hygiene import NonFinitePredictions, clean_predictions
 from lenbench.pipeline import World
+from lenbench.scoring.hygiene import NonFinitePredictions, clean_predictions
 
 
 def test_clean_predictions_clips_and_counts() -> None:

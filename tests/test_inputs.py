@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lenbench.features.extract import FeatureStore
-from lenbench.inputs import FeatureNotDeclared, LabelsHidden, SplitView, StaticView, Steps
-from lenbench.predictor import Needs
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.needs import Needs
+from lenbench.contract.views import FeatureNotDeclared, LabelsHidden, SplitView, StaticView, Steps
 
 # Five label rows; their steps (stride 1) in order. Feature values encode (row, t) so that any
 # mix-up of rows or offsets shows: static[i] = 10 * i, steps[g] = 100 * row + t.
@@ -91,7 +91,7 @@ def test_steps_map_to_the_split(labels, store):
 def test_dynamic_view_hides_the_labels(labels, store):
     """hide_labels(): what predict_remaining() gets. The dynamic protocol walks the true response,
     so steps, step states and sequence_token_ids stay readable (their causal use is audited by
-    lenbench.causality); the labels and the response as a label do not."""
+    lenbench.scoring.causality); the labels and the response as a label do not."""
     test = _view(labels, store)
     hidden = test.hide_labels()
     with pytest.raises(LabelsHidden, match="'test'"):

@@ -13,10 +13,10 @@ import pytest
 from baselines.constant import ConstantPredictor
 from baselines.prompt_length import PromptLengthPredictor
 from baselines.tfidf_ridge import TfidfRidgePredictor
-from lenbench.data.labels_import import import_labels, known_lengths, word_pieces
+from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.contract.views import SplitView
 from lenbench.data.promptset import build_promptset, load_source
-from lenbench.generation.runner import LABEL_COLUMNS
-from lenbench.inputs import SplitView
+from lenbench.generation.labels_import import import_labels, known_lengths, word_pieces
 
 
 class WordTokenizer:
@@ -175,7 +175,7 @@ def test_text_only_predictors_score_imported_labels(tmp_path: Path) -> None:
 def test_imported_labels_reach_the_leaderboard(tmp_path: Path) -> None:
     """Imported labels through the harness's own evaluate/save/leaderboard (the pipeline's part,
     choosing import over generation, is `known_lengths` + `import_labels`)."""
-    from lenbench.cli import instantiate_predictor
+    from lenbench.contract.instantiate import instantiate_predictor
     from lenbench.evaluate import evaluate_predictor, save
     from lenbench.leaderboard import build_leaderboard
     from lenbench.pipeline import World

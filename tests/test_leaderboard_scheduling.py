@@ -187,7 +187,7 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     re-ranking and distributional ordering beside the oracle's SRPT bound; the Static SJF
     cell is the main table's score, and a predictor without dynamic or distributional outputs
     shows dashes there."""
-    from lenbench.distributions import LengthDistribution
+    from lenbench.contract.distributions import LengthDistribution
 
     results = tmp_path / "results"
     shutil.copytree(GOLDEN, results)

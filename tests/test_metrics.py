@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lenbench import metrics
-from lenbench.metrics import dynamic_metrics, static_metrics
-from lenbench.noise_floor import noise_floor_bounds, noise_floor_predictions
+from lenbench.scoring import metrics
+from lenbench.scoring.metrics import dynamic_metrics, static_metrics
+from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
 
 # A tiny dynamic example. Rows 0 and 1 are two samples of prompt "p", row 2 is prompt "q" and is
 # scored only at every second step (strided features), which the protocol must allow.

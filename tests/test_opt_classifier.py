@@ -9,7 +9,7 @@ from helpers.worlds import run_predictor, synthetic
 from omegaconf import OmegaConf
 
 from baselines.opt_classifier import OPTClassifier
-from lenbench.cli import instantiate_predictor
+from lenbench.contract.instantiate import instantiate_predictor
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
 

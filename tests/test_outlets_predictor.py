@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from baselines.outlets import Outlets
-from lenbench.cli import instantiate_predictor
+from lenbench.contract.instantiate import instantiate_predictor
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "predictor"
 QUICK = ["predictor.train.epochs=8", "predictor.train.warmup_steps=2",

@@ -16,18 +16,18 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from baselines.outlets import Outlets, OutletsQuantile
-from lenbench.audit import audit_causality
-from lenbench.cli import instantiate_predictor
-from lenbench.distributions import QUANTILE_LEVELS
-from lenbench.features.extract import FeatureStore
-from lenbench.inputs import SplitView
+from lenbench.contract.distributions import QUANTILE_LEVELS
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.instantiate import instantiate_predictor
+from lenbench.contract.needs import TargetModel
+from lenbench.contract.views import SplitView
+from lenbench.heads.quantile_loss import pinball_loss
 from lenbench.outlets.batches import Sequence, TrainConfig, collate, target_forward
 from lenbench.outlets.losses import length_loss
 from lenbench.outlets.modeling import DraftConfig, DraftModel, shift_left
 from lenbench.outlets.train import train_draft
 from lenbench.outlets.vocab import build_draft_vocab
-from lenbench.predictor import TargetModel
-from lenbench.quantile_loss import pinball_loss
+from lenbench.scoring.audit import audit_causality
 
 V, H = 64, 32
 QUICK = {"draft_vocab_size": 48, "max_length": 40, "progress": False, "batch_tokens": 512,

@@ -10,8 +10,8 @@ import pytest
 from helpers.cli import E2E_UPSTREAM, run_lenbench
 
 from baselines.pia import PIA, parse_length
-from lenbench.inputs import SplitView
-from lenbench.predictor import TargetModel
+from lenbench.contract.needs import TargetModel
+from lenbench.contract.views import SplitView
 
 
 @pytest.mark.parametrize(("answer", "expected"), [

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, REPO, E2ERun, lenbench_cmd, run_lenbench
 
-from lenbench.noise_floor import noise_floor_predictions
 from lenbench.results import validate_result
+from lenbench.scoring.noise_floor import noise_floor_predictions
 
 SUITE = ("constant", "prompt_length", "mlp_probe", "bin_classifier")
 

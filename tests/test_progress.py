@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from lenbench.progress import ProgressLog, _clock
+from lenbench.runtime.progress import ProgressLog, _clock
 
 
 def test_logs_once_per_tenth_and_at_the_end(caplog, monkeypatch):
     ticks = iter(range(1000))  # two seconds per sample: no burst suppression
-    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: 2.0 * next(ticks))
+    monkeypatch.setattr("lenbench.runtime.progress.time.perf_counter", lambda: 2.0 * next(ticks))
     caplog.set_level(logging.INFO)
     p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9)
     for _ in range(100):
@@ -23,7 +23,7 @@ def test_logs_once_per_tenth_and_at_the_end(caplog, monkeypatch):
 
 def test_resumed_work_is_not_in_the_rate(caplog, monkeypatch):
     clock = iter([0.0, 10.0, 10.0])
-    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("lenbench.runtime.progress.time.perf_counter", lambda: next(clock))
     p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9, start=50)
     caplog.set_level(logging.INFO)
     p.advance(20)  # 20 new samples in 10 s: 2/s, 30 left -> 15 s
@@ -32,7 +32,7 @@ def test_resumed_work_is_not_in_the_rate(caplog, monkeypatch):
 
 
 def test_bursts_log_one_line_a_second(caplog, monkeypatch):
-    monkeypatch.setattr("lenbench.progress.time.perf_counter", lambda: 5.0)
+    monkeypatch.setattr("lenbench.runtime.progress.time.perf_counter", lambda: 5.0)
     caplog.set_level(logging.INFO)
     p = ProgressLog(logging.getLogger("t"), "generate", 100, "samples", every_s=1e9)
     for _ in range(99):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lenbench.distributions import QUANTILE_LEVELS
+from lenbench.contract.distributions import QUANTILE_LEVELS
 from lenbench.sim import LinearTimeModel, SimConfig, Workload, simulate, simulate_predictions
 from lenbench.sim.comparison import compare_policies, distribution_key
 from lenbench.sim.remaining import RemainingEstimates

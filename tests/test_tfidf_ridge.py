@@ -10,7 +10,7 @@ from helpers.worlds import TASKS, synthetic
 from omegaconf import OmegaConf
 
 from baselines.tfidf_ridge import TfidfRidgePredictor
-from lenbench.cli import instantiate_predictor
+from lenbench.contract.instantiate import instantiate_predictor
 
 YAML = Path(__file__).resolve().parent.parent / "conf" / "predictor" / "tfidf_ridge.yaml"
 def test_beats_constant_median() -> None:

@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 
 from lenbench.cli import CONF_DIR, resolved_config
 from lenbench.configs.run import LenbenchConfig
-from lenbench.fingerprints import labels_fingerprint
 from lenbench.models.shipped_toy import SHIPPED_TOY_DIR, read_card
 from lenbench.pipeline import prepare_world
+from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.worlds.shipped import CARD_FILE, SAMPLES_FILE, WORLDS_DIR, ShippedWorld
 
 TOY_WORLD = WORLDS_DIR / "toyworld"
@@ -82,9 +82,9 @@ def test_packing_ships_the_samples_the_labels_dropped(tmp_path: Path) -> None:
     left out, and the labels' own rows are not repeated."""
     import pandas as pd
 
-    from lenbench.generation.sample_store import SampleStore
     from lenbench.stages import stable_hash
     from lenbench.worlds.pack import dropped_samples
+    from lenbench.worlds.sample_store import SampleStore
 
     prompts = pd.DataFrame({"prompt_id": ["a", "b"], "text": ["List 2 cats.", "Say hi."],
                             "split": ["train", "test"], "meta": ["{}", "{}"]})

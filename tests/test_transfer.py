@@ -21,11 +21,11 @@ from hydra.errors import ConfigCompositionException
 
 from lenbench import Predictor
 from lenbench.cli import CONF_DIR
-from lenbench.generation.runner import LABEL_COLUMNS
+from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.leaderboard import build_leaderboard
-from lenbench.metrics import censored_error
 from lenbench.pipeline import World
 from lenbench.results import json_safe, validate_result
+from lenbench.scoring.metrics import censored_error
 from lenbench.transfer import check_transfer, score_transfer, transfer_noise_floor
 from lenbench.validate import ConfigError
 

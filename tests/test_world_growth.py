@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from helpers.models import toy_prompt_table
 
-from lenbench.fingerprints import labels_fingerprint
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.protocol import SamplingConfig
 from lenbench.generation.runner import generate_labels
-from lenbench.generation.sample_store import SampleStore
 from lenbench.models.chat import eos_token_ids
+from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.worlds.pack import pack_world
+from lenbench.worlds.sample_store import SampleStore
 from lenbench.worlds.shipped import (
     SAMPLES_FILE,
     ShippedWorld,

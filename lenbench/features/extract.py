@@ -10,6 +10,8 @@ Layer roles follow EAGLE-3: low/mid/high = hs[2], hs[L//2], hs[L-3]; last = hs[L
 
 Memory is bounded whatever the vocabulary: the forward keeps only the hidden states the roles need
 and computes no logits; the entropy applies the output head to a slice of positions at a time.
+The names and files of the features, and their reader, are the predictor contract's
+(`lenbench/contract/features.py`): this module only writes them.
 """
 
 from __future__ import annotations
@@ -25,9 +27,17 @@ import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from lenbench.batching import length_batches, pad_right
-from lenbench.predictor import POOLINGS, ROLES, STEP_POOLINGS, check_names
-from lenbench.progress import ProgressLog
+from lenbench.contract.features import (
+    POOLINGS,
+    ROLES,
+    STEP_POOLINGS,
+    check_names,
+    role_layers,
+    static_file,
+    step_file,
+)
+from lenbench.runtime.batching import length_batches, pad_right
+from lenbench.runtime.progress import ProgressLog
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +46,6 @@ log = logging.getLogger(__name__)
 # materialising the full logits as a plain forward does; on an accelerator, bigger tiles (256 MiB)
 # keep kernel launches few. Either way peak memory does not grow with the vocabulary.
 ENTROPY_TILE = {"cpu": (2048, 1024), "accelerator": (8192, 8192)}
-
-
-def role_layers(num_layers: int) -> dict[str, int]:
-    """Index into HF `hidden_states` for each role (EAGLE-3 convention, DESIGN §4)."""
-    layers = {"low": 2, "mid": num_layers // 2, "high": num_layers - 3, "last": num_layers}
-    if len({layers[r] for r in ("low", "mid", "high")}) < 3:
-        raise ValueError(f"a model with {num_layers} layers has no three distinct EAGLE-3 layers "
-                         "(need at least 7)")
-    return layers
 
 
 def next_token_entropy(hidden: torch.Tensor, head: torch.nn.Module, softcap: float | None = None,
@@ -108,10 +109,6 @@ def prompt_pool_weights(entropy: torch.Tensor, n: torch.Tensor, poolings) -> tor
     return torch.stack([weights[p] for p in poolings], dim=1)
 
 
-def step_file(role: str, pooling: str) -> str:
-    return f"steps_{role}.npy" if pooling == "last" else f"steps_{role}_{pooling}.npy"
-
-
 @dataclass(frozen=True)
 class FeatureConfig:
     roles: tuple[str, ...] = ROLES
@@ -149,7 +146,7 @@ def extract_features(
     def mm(name: str, shape: tuple, dtype) -> np.memmap:
         return np.lib.format.open_memmap(out_dir / name, mode="w+", dtype=dtype, shape=shape)
 
-    static = {(r, p): mm(f"static_{r}_{p}.npy", (n_rows, hidden), np.float16)
+    static = {(r, p): mm(static_file(r, p), (n_rows, hidden), np.float16)
               for r in cfg.roles for p in cfg.poolings}
     steps = {(r, p): mm(step_file(r, p), (int(step_offsets[-1]), hidden), np.float16)
              for r in cfg.step_roles for p in cfg.step_poolings}
@@ -224,40 +221,6 @@ def extract_features(
             "n_rows": n_rows, "n_steps": int(step_offsets[-1])}
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta
-
-
-class FeatureStore:
-    """Read-only access to a features folder (memory-mapped; nothing loaded until asked)."""
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.meta = json.loads((self.folder / "meta.json").read_text())
-        self.step_offsets = np.load(self.folder / "steps_offsets.npy")
-        self.token_offsets = np.load(self.folder / "entropy_offsets.npy")
-
-    def static(self, role: str, pooling: str) -> np.ndarray:
-        path = self.folder / f"static_{role}_{pooling}.npy"
-        if not path.exists():
-            raise KeyError(f"features for role={role!r} pooling={pooling!r} were not extracted; "
-                           f"add them to features.roles/features.poolings (have "
-                           f"{self.meta['roles']} x {self.meta['poolings']})")
-        return np.load(path, mmap_mode="r")
-
-    def steps(self, role: str, pooling: str = "last") -> np.ndarray:
-        path = self.folder / step_file(role, pooling)
-        if not path.exists():
-            raise KeyError(f"step features for role={role!r} pooling={pooling!r} were not "
-                           f"extracted; add them to features.step_roles/features.step_poolings "
-                           f"(have {self.meta['step_roles']} x "
-                           f"{self.meta.get('step_poolings', ['last'])})")
-        return np.load(path, mmap_mode="r")
-
-    def step_index(self) -> np.ndarray:
-        return np.load(self.folder / "steps_index.npy", mmap_mode="r")
-
-    def entropy(self, row: int) -> np.ndarray:
-        ent = np.load(self.folder / "entropy.npy", mmap_mode="r")
-        return np.asarray(ent[self.token_offsets[row]: self.token_offsets[row + 1]])
 
 
 def features_config(fc: dict, needs: list) -> dict:

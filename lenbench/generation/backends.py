@@ -36,7 +36,7 @@ class GenerationTarget:
     revision: str | None
     dtype: str
     tokenizer: Any
-    load: Callable[[], Any]  # -> lenbench.predictor.TargetModel (memoised by the caller)
+    load: Callable[[], Any]  # -> lenbench.contract.needs.TargetModel (memoised by the caller)
 
 
 def backend_name(gen_cfg: dict) -> str:

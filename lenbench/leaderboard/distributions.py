@@ -21,8 +21,8 @@ import numpy as np
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Image, Table, Text
 from lenbench.leaderboard.plots import _save_png
 from lenbench.leaderboard.rows import DASH, _cell, _Row, non_causal
-from lenbench.metrics import paired_difference
-from lenbench.result_checks import is_number
+from lenbench.results.checks import is_number
+from lenbench.scoring.metrics import paired_difference
 
 _KEYS = ("pinball_mean", "crps", "coverage_50", "coverage_50_high", "coverage_50_nominal",
          "width_50", "coverage_80", "coverage_80_high", "coverage_80_nominal", "width_80", "n",

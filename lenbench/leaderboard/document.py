@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lenbench.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.leaderboard.blocks import (
     LEFT,
     RIGHT,
@@ -51,6 +50,7 @@ from lenbench.results import (
     protocol_version,
     safe_name,
 )
+from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.stages import atomic_write_bytes
 
 __all__ = ["build_leaderboard", "main"]

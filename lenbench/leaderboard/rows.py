@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lenbench.result_checks import is_number
 from lenbench.results import PROTOCOL_VERSION, config_hash, protocol_version
+from lenbench.results.checks import is_number
 
 DASH = "—"
 MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank

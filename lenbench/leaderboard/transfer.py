@@ -11,10 +11,10 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from lenbench.comparisons import choose_reference, paired_cell
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Table, Text
 from lenbench.leaderboard.rows import DASH, _build_rows, _cell, _mean, _mean_std, _num, _Row
-from lenbench.result_checks import is_number
+from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import choose_reference, paired_cell
 
 TRANSFER_LEGEND = (
     "Transfer MAE: static MAE on the transfer set's scored rows (mean ± std over seeds); 95% CI: "

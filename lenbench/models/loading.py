@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from lenbench.contract.needs import TargetModel
 from lenbench.models.dtypes import DTYPES
-from lenbench.predictor import TargetModel
 from lenbench.stages import Stage, stable_hash
 
 

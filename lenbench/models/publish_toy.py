@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from lenbench.configs import load_preset
     from lenbench.models.loading import resolve_model, toy_config
-    from lenbench.runtime import configure_threads
+    from lenbench.runtime.process import configure_threads
 
     configure_threads(args.threads)
     preset = load_preset("model", "toy")

@@ -35,7 +35,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from lenbench.data.toyworld import make_corpus
-from lenbench.progress import ProgressLog
+from lenbench.runtime.progress import ProgressLog
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from lenbench.batching import length_batches, pad_right
-from lenbench.features.extract import role_layers
+from lenbench.contract.features import role_layers
+from lenbench.runtime.batching import length_batches, pad_right
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from lenbench.distributions import QUANTILE_LEVELS
-from lenbench.quantile_loss import pinball_loss
+from lenbench.contract.distributions import QUANTILE_LEVELS
+from lenbench.heads.quantile_loss import pinball_loss
 
 
 @dataclass

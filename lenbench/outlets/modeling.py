@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lenbench.distributions import QUANTILE_LEVELS
-from lenbench.quantile_loss import MonotoneQuantiles
+from lenbench.contract.distributions import QUANTILE_LEVELS
+from lenbench.heads.quantile_loss import MonotoneQuantiles
 
 ATTENTIONS = ("gated", "llama")
 GATES = ("elementwise", "headwise")

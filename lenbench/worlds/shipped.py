@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lenbench.generation.sample_store import KnownSample
+from lenbench.worlds.sample_store import KnownSample
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class ShippedWorld:
 
 def compare_with_shipped(labels: pd.DataFrame, world: ShippedWorld) -> dict:
     """How regenerated labels compare with the shipped ones on the samples both hold."""
-    from lenbench.fingerprints import labels_fingerprint
+    from lenbench.scoring.fingerprints import labels_fingerprint
 
     mine = labels.set_index(["prompt_id", "sample_idx"])
     theirs = world.samples.set_index(["prompt_id", "sample_idx"])

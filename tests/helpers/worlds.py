@@ -20,9 +20,9 @@ import torch
 from helpers.cli import E2E_UPSTREAM, run_lenbench
 from helpers.models import tiny_llama
 from lenbench import QUANTILE_LEVELS, LengthDistribution, Predictor
-from lenbench.features.extract import FeatureStore
-from lenbench.generation.runner import LABEL_COLUMNS
-from lenbench.inputs import SplitView
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.contract.views import SplitView
 from lenbench.outlets.modeling import DraftConfig, DraftModel
 from lenbench.outlets.train import Sequence
 from lenbench.outlets.vocab import build_draft_vocab

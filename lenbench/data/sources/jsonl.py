@@ -3,7 +3,7 @@
 
 A row may carry `length` or `output_tokens` (an integer, or a list of integers for several
 samples of the prompt); when every prompt has one, the pipeline imports those lengths as labels
-instead of generating ("label import", see `lenbench.data.labels_import`). Optional fields:
+instead of generating ("label import", see `lenbench.generation.labels_import`). Optional fields:
 `id` (kept in meta) and `family` (a grouping label for per-family metrics). A known length may
 be flagged as cut off by the trace's cap, `"censored": true` or `"finish_reason": "length"` (one
 flag, or a list matching the lengths): imported, such a row is scored as right-censored.

@@ -6,9 +6,9 @@ The harness records, for every scored call (`predict`, `predict_variants`,
 on the dynamic view), the random state it started from and what it returned (`ScoredRecord`),
 and keeps a copy of the predictor as `fit` left it. The audit then:
 
-1. builds one perturbed view of the whole scored split (lenbench/causality.py: up to `n_rows`
-   seeded rows changed after a cut step c, every other row as it was, the split's size and
-   sequence lengths kept);
+1. builds one perturbed view of the whole scored split (lenbench/scoring/causality.py: up to
+   `n_rows` seeded rows changed after a cut step c, every other row as it was, the split's size
+   and sequence lengths kept);
 2. for each recorded method, deep-copies the fitted state (so nothing a scored call stored on the
    predictor can reach the audit, and no audit call sees another's), restores the random state
    the scored call started from, and calls the method on the perturbed view (static methods on
@@ -40,10 +40,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from lenbench.causality import perturb
-from lenbench.distributions import LengthDistribution
-from lenbench.inputs import SplitView
-from lenbench.predictor import Needs, Predictor, TargetModel
+from lenbench.contract.distributions import LengthDistribution
+from lenbench.contract.needs import Needs, TargetModel
+from lenbench.contract.predictor import Predictor
+from lenbench.contract.views import SplitView
+from lenbench.scoring.causality import perturb
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ def audit_scored(record: ScoredRecord, view: SplitView, needs: Needs, n_rows: in
     pert = perturb(view, n_rows, seed)
     out: dict[str, Any] = {
         "passed": True, "rule": "scored outputs reproduced on a full-size view with rows "
-        "perturbed after a cut step (lenbench/audit.py)", "n_rows": len(view),
+        "perturbed after a cut step (lenbench/scoring/audit.py)", "n_rows": len(view),
         "checked_rows": len(pert.rows),
         "rows_with_new_length": int((pert.new_length != pert.old_length).sum()),
         "cut_steps": [int(c) for c in pert.cuts], "fresh_copies": record._fitted is not None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.metrics import censored_error, paired_difference
+from lenbench.scoring.metrics import censored_error, paired_difference
 
 DEFAULT_REFERENCE = "mlp_probe"
 FALLBACK_REFERENCE = "constant"  # used when the reference predictor is not in a table

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 
 __all__ = ["CRPS_GRID", "INTERVALS", "clip_counts", "crps", "pinball", "pit", "row_scores",
            "score_threshold"]

@@ -1,4 +1,4 @@
-"""Validation of the distribution fields of a result file, kept beside the schema in results.py.
+"""Validation of the distribution fields of a result file, kept beside the schema (__init__.py).
 
 A distributional run adds ``metrics.distribution`` ({static, dynamic}, each a
 ``distribution_metrics`` summary or null) and, per test row, ``predictions.quantiles`` (one list of
@@ -9,8 +9,9 @@ written before censored rows were scored hold null there). A summary holds, besi
 ``threshold`` (the weighted CRPS's upper end), ``n_clipped_low``, ``n_clipped_high``,
 ``clipped_mass``, and per interval ``coverage_*_high`` (censored rows that neither rule decides
 counted as covered) and ``coverage_*_nominal`` (what a calibrated predictor covers of the clipped
-intervals); ``lenbench.distribution_metrics`` defines them. These and ``n_censored_excluded``
-(older files) are optional. The leaderboard reads these, so a broken one is reported by field.
+intervals); ``lenbench.scoring.distribution_metrics`` defines them. These and
+``n_censored_excluded`` (older files) are optional. The leaderboard reads these, so a broken one
+is reported by field.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lenbench.result_checks import check_type, fail, get_field, is_number
+from lenbench.results.checks import check_type, fail, get_field, is_number
 
 _NUMBERS = ("pinball_mean", "crps", "coverage_50", "width_50", "coverage_80", "width_80")
 _OPTIONAL = ("coverage_50_high", "coverage_50_nominal", "coverage_80_high", "coverage_80_nominal",

@@ -1,10 +1,12 @@
-"""The `predictor` group's schema is each predictor class's constructor.
+"""Building a predictor from its preset, and the preset's arguments checked before that.
 
 Predictor presets carry `_target_` plus constructor arguments, so the class's signature is the
 predictor's typed schema: an argument the class does not take, or a value that does not fit a
 plain annotation (int, float, bool, str, a list of those, optionally None), is reported naming
 the field before any stage runs, instead of failing after generation and features are built.
 Annotations beyond these (a tensor, a callable, a nested config) are left to the class itself.
+Instantiation lives here, beside the check, so that a predictor wrapping another (conformal)
+builds it the way the harness does without reaching up to the command line.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hydra.utils import get_class
+
+from lenbench.contract.predictor import Predictor
 
 # keys Hydra or lenbench read, not constructor arguments
 RESERVED = frozenset({"name", "_target_", "_recursive_", "_convert_", "_partial_", "suite"})
@@ -102,3 +106,22 @@ def suite_problems(cfg: Mapping[str, Any]) -> list[str]:
     return [f"predictor.{key}: a suite takes only `suite` (its members' arguments are in their "
             f"presets: predictor=<member> predictor.{key}=...)"
             for key in cfg if key not in ("suite", "name")]
+
+
+def instantiate_predictor(pred_cfg: Mapping[str, Any]) -> Predictor:
+    """Build a predictor from its config (`_target_` + constructor arguments)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    args = {k: v for k, v in pred_cfg.items() if k != "name"}
+    if "_target_" not in args:
+        raise ValueError("a predictor config needs `_target_: module.Class` (see conf/predictor/)")
+    try:
+        obj = instantiate(args, _convert_="all")
+    except InstantiationException as exc:  # surface the predictor's own error, not Hydra's wrapper
+        if exc.__cause__ is not None:
+            raise exc.__cause__ from None
+        raise
+    if not isinstance(obj, Predictor):
+        raise TypeError(f"{args['_target_']} is not a lenbench.Predictor subclass")
+    return obj

@@ -2,11 +2,11 @@
 intervals, static and dynamic, and the sibling reference.
 
 The per-row scores (pinball loss, interval coverage and width, threshold-weighted CRPS, PIT) are
-defined in ``lenbench.distribution_scores``; every row is scored, right-censored ones included,
-with each predicted distribution clipped to ``[1, cap]`` as point predictions are. Each score is
-averaged over rows, with a bootstrap interval over *prompts* (``metrics.bootstrap_ratio_ci``, as
-for the MAE), so rows of one prompt are resampled together; the PIT values are pooled into a
-histogram of ``PIT_BINS`` equal bins.
+defined in ``lenbench.scoring.distribution_scores``; every row is scored, right-censored ones
+included, with each predicted distribution clipped to ``[1, cap]`` as point predictions are.
+Each score is averaged over rows, with a bootstrap interval over *prompts*
+(``metrics.bootstrap_ratio_ci``, as for the MAE), so rows of one prompt are resampled together;
+the PIT values are pooled into a histogram of ``PIT_BINS`` equal bins.
 
 Besides the means, a summary says what it covers and how censoring was handled: ``n`` rows (or
 steps and requests), ``n_censored`` of them censored, ``threshold`` (the upper end T of the
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.distribution_scores import (
+from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.scoring.distribution_scores import (
     CRPS_GRID,
     INTERVALS,
     clip_counts,
@@ -35,9 +36,8 @@ from lenbench.distribution_scores import (
     row_scores,
     score_threshold,
 )
-from lenbench.distributions import QUANTILE_LEVELS, LengthDistribution
-from lenbench.metrics import _group_ids, _request_means, _rows_by_group, bootstrap_ratio_ci
-from lenbench.noise_floor import siblings_of_each
+from lenbench.scoring.metrics import _group_ids, _request_means, _rows_by_group, bootstrap_ratio_ci
+from lenbench.scoring.noise_floor import siblings_of_each
 
 __all__ = ["CRPS_GRID", "INTERVALS", "PIT_BINS", "crps", "distribution_metrics",
            "dynamic_distribution_metrics", "pinball", "pit", "pit_histogram", "row_scores",

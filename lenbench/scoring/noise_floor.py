@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.metrics import _group_ids, _rows_by_group, bootstrap_ratio_ci, censored_error
+from lenbench.scoring.metrics import _group_ids, _rows_by_group, bootstrap_ratio_ci, censored_error
 
 
 def siblings_of_each(values: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Label import: turn prompts with known output lengths into a LengthSet without a model.
 
 Users with length traces of their own (a `jsonl` source whose rows carry `length` or
-`output_tokens`) can score text-only predictors on them. The rows have the generate stage's
-columns, so everything downstream reads them unchanged; what cannot be known is left empty and
-said in the card: output token ids are [], and a length is counted the way the trace counted it.
+`output_tokens`) can score text-only predictors on them. The rows have the columns of the label
+table the generate stage writes (lenbench/contract/labels.py), so everything downstream reads
+them unchanged; what cannot be known is left empty and said in the card: output token ids are [],
+and a length is counted the way the trace counted it.
 
 No target model is loaded. Prompt token ids come from a tokenizer only when the user names one
 (`dataset.tokenizer`); otherwise each word or punctuation mark counts as one token (`word_pieces`),
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from lenbench.generation.runner import LABEL_COLUMNS
+from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.models.chat import render_prompt
 
 LENGTH_KEY = "length"  # where the jsonl source keeps a known length in a prompt's meta

@@ -1,8 +1,9 @@
 """What a prediction may read of the scored split, and a copy of the split that changes the rest.
 
-`predict_remaining(split)` gets the dynamic view of the scored split (lenbench/inputs.py), which
-holds the whole true response because the protocol walks it step by step. Reading it causally is
-the predictor's duty; lenbench/audit.py checks it on the view this module builds.
+`predict_remaining(split)` gets the dynamic view of the scored split
+(lenbench/contract/views.py), which holds the whole true response because the protocol walks it
+step by step. Reading it causally is the predictor's duty; lenbench/scoring/audit.py checks it
+on the view this module builds.
 
 What the dynamic protocol allows at step t (t tokens generated, L - t remaining, n prompt tokens):
 
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lenbench.inputs import SplitView
+from lenbench.contract.views import SplitView
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lenbench.training import mlp
+from lenbench.heads.training import mlp
 
 
 def pinball_loss(pred: torch.Tensor, target: torch.Tensor, levels,

@@ -16,7 +16,7 @@ contract between a run and everything that reads it later. Shape of a result::
     config_hash     str  (config_hash() of the resolved config, seed included)
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
                      variants: {name: static_metrics()}, distribution: optional
-                     {static, dynamic} (lenbench.result_distributions), noise_floor: the
+                     {static, dynamic} (lenbench.results.distribution_checks), noise_floor: the
                      reference's bounds (noise_floor.noise_floor_bounds: in_sample,
                      leave_one_out, interval, n, n_prompts, n_censored,
                      n_prompts_median_censored; the last two absent in older files)}
@@ -25,8 +25,8 @@ contract between a run and everything that reads it later. Shape of a result::
                     references and failed runs; absent in files written before it existed)
     predictions     {true, pred, prompt_id, censored: [...]}  optional (test rows, in order;
                     prompt_id and censored absent in files written before they existed)
-    fingerprints    {labels, features}  content hashes of the data scored (lenbench.fingerprints;
-                    absent in files written before they existed)
+    fingerprints    {labels, features}  content hashes of the data scored
+                    (lenbench.scoring.fingerprints; absent in files written before they existed)
     scheduling      {...}                            optional, free-form
     transfer        optional (lenbench.transfer): {trained_on, scored_on: {name, key, keys,
                     fingerprints, ...}, metrics: {static, dynamic} | null, predictions, error}
@@ -57,8 +57,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lenbench.result_checks import REGENERATE, ResultError, check_type, fail, get_field, is_number
-from lenbench.result_distributions import check_distribution_fields
+from lenbench.results.checks import REGENERATE, ResultError, check_type, fail, get_field, is_number
+from lenbench.results.distribution_checks import check_distribution_fields
 from lenbench.stages import atomic_write_bytes
 
 __all__ = ["PROTOCOL_VERSION", "SCHEMA_VERSION", "ResultError", "config_hash",

@@ -1,73 +1,24 @@
 """The Predictor contract: the one class a user subclasses to add a baseline.
 
-A predictor declares what it needs (`Needs`), learns from the train split, and predicts total
-output tokens for every row of a split. The harness, not the predictor, loads data, extracts and
-caches features, seeds, times and scores. Dynamic predictors also implement `predict_remaining`;
-distributional ones `predict_distribution` (and `predict_remaining_distribution`).
+A predictor declares what it needs (`Needs`, in `needs.py`), learns from the train split, and
+predicts total output tokens for every row of a split. The harness, not the predictor, loads
+data, extracts and caches features, seeds, times and scores. Dynamic predictors also implement
+`predict_remaining`; distributional ones `predict_distribution` (and
+`predict_remaining_distribution`).
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lenbench.contract.needs import Needs
+
 if TYPE_CHECKING:
-    from lenbench.distributions import LengthDistribution
-    from lenbench.inputs import SplitView, StaticView
-
-ROLES = ("low", "mid", "high", "last")
-POOLINGS = ("last", "mean", "entropy")
-STEP_POOLINGS = ("last", "entropy")
-
-
-def check_names(field: str, values, allowed: tuple[str, ...]) -> None:
-    """Reject a name outside `allowed`, naming the config field and the valid choices."""
-    for value in values:
-        if value not in allowed:
-            raise ValueError(f"{field}: unknown name {value!r}; use one of {list(allowed)}")
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What a predictor reads; the harness computes exactly this and nothing more.
-
-    text: prompt strings. hidden: target-model layer roles (low/mid/high/last = hs[2], hs[L//2],
-    hs[L-3], hs[L]) pooled over the prompt by each name in `pooling`. steps: per-step states of
-    the `hidden` roles along the response (dynamic prediction), pooled by each name in
-    `step_pooling` ("last": the state at the step; "entropy": the entropy-weighted pool over the
-    prompt and the tokens generated so far). target_model: a handle to the
-    loaded target model and tokenizer (for predictors that run or train on the live model).
-    """
-
-    text: bool = False
-    hidden: tuple[str, ...] = ()
-    pooling: tuple[str, ...] = ("last",)
-    steps: bool = False
-    step_pooling: tuple[str, ...] = ("last",)
-    target_model: bool = False
-
-    def __post_init__(self) -> None:
-        check_names("Needs.hidden", self.hidden, ROLES)
-        check_names("Needs.pooling", self.pooling, POOLINGS)
-        check_names("Needs.step_pooling", self.step_pooling, STEP_POOLINGS)
-
-    @property
-    def features(self) -> bool:
-        """True when the features stage (a teacher-forced target forward) must run."""
-        return bool(self.hidden) or self.steps
-
-
-@dataclass
-class TargetModel:
-    """The live target model handed to predictors that declare `Needs(target_model=True)`."""
-
-    model: Any
-    tokenizer: Any
-    device: str = "cpu"
-    info: dict = field(default_factory=dict)
+    from lenbench.contract.distributions import LengthDistribution
+    from lenbench.contract.views import SplitView, StaticView
 
 
 class Predictor(abc.ABC):
@@ -78,13 +29,13 @@ class Predictor(abc.ABC):
     file (Hydra `_target_`), so keep them plain values. `self.seed` is set by the harness before
     `fit`; use it for every random choice.
 
-    What each method sees (lenbench/inputs.py states the contract in full): `fit` gets the
+    What each method sees (lenbench/contract/views.py states the contract in full): `fit` gets the
     train and val SplitViews, labels included; `predict` and `predict_variants` get the scored
     split's StaticView (the prompt side, y_1 and the features declared in `needs`; nothing of
     the response); `predict_remaining` gets its dynamic view (the response walked step by step,
     labels hidden), and the harness audits every scored method: fresh copies of the fitted
     predictor must reproduce its outputs when what the protocol hides is changed (the estimate
-    at step t reads nothing after y_{t+1}; lenbench/audit.py).
+    at step t reads nothing after y_{t+1}; lenbench/scoring/audit.py).
     """
 
     needs: Needs = Needs()
@@ -108,8 +59,8 @@ class Predictor(abc.ABC):
 
     def predict_distribution(self, split: StaticView | SplitView) -> LengthDistribution:
         """Optional: the predicted distribution of total output tokens, one per row of `split`
-        (the static view), as quantiles or a histogram (lenbench/distributions.py). Scored by
-        pinball loss, interval coverage and width, and CRPS beside the point estimate."""
+        (the static view), as quantiles or a histogram (lenbench/contract/distributions.py).
+        Scored by pinball loss, interval coverage and width, and CRPS beside the point estimate."""
         raise NotImplementedError
 
     def predict_remaining_distribution(self, split: SplitView) -> LengthDistribution:

@@ -28,11 +28,13 @@ The three views (the contract each predictor method is held to):
   `hidden(role, pooling)`), `sequence_token_ids(i)` (prompt + whole response) and `entropy(i)`
   over prompt + response, besides the static view's prompt side; `lengths`,
   `response_token_ids` and `steps.remaining` raise `LabelsHidden`. Causality is the predictor's
-  duty and is audited, not assumed (`lenbench/audit.py`): its estimate at step t may read the
-  prompt side, y_1 .. y_{t+1} (`sequence_token_ids(i)[:n + t + 1]`; y_{t+1} because a draft model
-  reads the token the target just sampled, as OUTLETS/EAGLE-3 do), the step states of steps
-  t' <= t and the entropies at positions 0 .. n-1+t; nothing after, and not the row's number of
-  tokens or steps (that is L).
+  duty and is audited, not assumed (`lenbench/scoring/audit.py`): its estimate at step t may
+  read the prompt side, y_1 .. y_{t+1} (`sequence_token_ids(i)[:n + t + 1]`; y_{t+1} because a
+  draft model reads the token the target just sampled, as OUTLETS/EAGLE-3 do), the step states of
+  steps t' <= t and the entropies at positions 0 .. n-1+t; nothing after, and not the row's
+  number of tokens or steps (that is L).
+
+The label table the views are built from has the columns of `lenbench/contract/labels.py`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from lenbench.features.extract import FeatureStore
-from lenbench.predictor import Needs, TargetModel
+from lenbench.contract.features import FeatureStore
+from lenbench.contract.needs import Needs, TargetModel
 
 
 class LabelsHidden(RuntimeError):
@@ -143,7 +145,7 @@ class SplitView:
 
         Visible in the dynamic view of the scored split because the dynamic protocol walks the
         true response; a predictor must use it causally (its estimate at step t may read tokens
-        up to y_{t+1}, i.e. `[:n + t + 1]`), which lenbench.audit audits. The static view
+        up to y_{t+1}, i.e. `[:n + t + 1]`), which lenbench.scoring.audit audits. The static view
         (`predict()`) raises instead.
         """
         row = self._table.iloc[i]

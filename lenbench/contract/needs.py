@@ -1,0 +1,52 @@
+"""What a predictor declares it reads (`Needs`) and the live target it may be handed.
+
+Kept apart from `Predictor` because the views are built from these too: the views read `Needs`
+and `TargetModel`, and `Predictor` is typed against the views, so each sits below what uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lenbench.contract.features import POOLINGS, ROLES, STEP_POOLINGS, check_names
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a predictor reads; the harness computes exactly this and nothing more.
+
+    text: prompt strings. hidden: target-model layer roles (low/mid/high/last = hs[2], hs[L//2],
+    hs[L-3], hs[L]) pooled over the prompt by each name in `pooling`. steps: per-step states of
+    the `hidden` roles along the response (dynamic prediction), pooled by each name in
+    `step_pooling` ("last": the state at the step; "entropy": the entropy-weighted pool over the
+    prompt and the tokens generated so far). target_model: a handle to the
+    loaded target model and tokenizer (for predictors that run or train on the live model).
+    """
+
+    text: bool = False
+    hidden: tuple[str, ...] = ()
+    pooling: tuple[str, ...] = ("last",)
+    steps: bool = False
+    step_pooling: tuple[str, ...] = ("last",)
+    target_model: bool = False
+
+    def __post_init__(self) -> None:
+        check_names("Needs.hidden", self.hidden, ROLES)
+        check_names("Needs.pooling", self.pooling, POOLINGS)
+        check_names("Needs.step_pooling", self.step_pooling, STEP_POOLINGS)
+
+    @property
+    def features(self) -> bool:
+        """True when the features stage (a teacher-forced target forward) must run."""
+        return bool(self.hidden) or self.steps
+
+
+@dataclass
+class TargetModel:
+    """The live target model handed to predictors that declare `Needs(target_model=True)`."""
+
+    model: Any
+    tokenizer: Any
+    device: str = "cpu"
+    info: dict = field(default_factory=dict)
