@@ -1,14 +1,38 @@
-"""Imports run one way: no module of lenbench or baselines imports, even lazily inside a
-function, a module that imports it back. Types live where they are produced, so a cycle means a
-type is in the wrong module."""
+"""Imports run one way, down the layers of docs/architecture.md.
+
+No module of lenbench or baselines imports, even lazily inside a function or only for type hints
+(under `if TYPE_CHECKING:`), a module that imports it back: types live where they are produced,
+so a cycle means a type is in the wrong module. And no module imports one of a higher layer
+(`LAYERS`, the one map of the layers; the architecture page states the same table, and a test
+holds the two together).
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lenbench", "baselines")
+
+# The layers, bottom first: a module may import its own layer and those below, never one above.
+# A module is in the layer of the longest name listed here that is the module itself or a package
+# holding it; `lenbench` (the package's front door: the contract's names and the config schemas'
+# registration) is placed by its exact name only, so every other module must be listed.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("contract", ("lenbench.contract",)),
+    ("plumbing", ("lenbench.runtime", "lenbench.heads", "lenbench.stages")),
+    ("data and scoring", ("lenbench", "lenbench.configs", "lenbench.data", "lenbench.scoring",
+                          "lenbench.sim")),
+    ("models", ("lenbench.models", "lenbench.worlds")),
+    ("generation and features", ("lenbench.generation", "lenbench.features")),
+    ("results and predictors", ("lenbench.results", "lenbench.outlets", "baselines")),
+    ("runs", ("lenbench.evaluate", "lenbench.pipeline", "lenbench.transfer", "lenbench.validate",
+              "lenbench.world_checks", "lenbench.leaderboard")),
+    ("command line", ("lenbench.cli",)),
+)
+ROOT = "lenbench"
 
 
 def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -29,7 +53,8 @@ def _deepest_module(name: str, modules: dict[str, Path]) -> str | None:
 
 
 class _Imports(ast.NodeVisitor):
-    """Every import of a module, at any depth, except under `if TYPE_CHECKING:`."""
+    """Every import of a module, at any depth: inside functions and under `if TYPE_CHECKING:`
+    too, since a type-only import still ties the importer to the imported module."""
 
     def __init__(self, module: str, is_package: bool, modules: dict[str, Path]):
         self.module, self.modules, self.found = module, modules, set()
@@ -39,13 +64,6 @@ class _Imports(ast.NodeVisitor):
         target = _deepest_module(name, self.modules) if name else None
         if target and target != self.module:
             self.found.add(target)
-
-    def visit_If(self, node: ast.If) -> None:
-        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -113,10 +131,47 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def layer_of(module: str, layers=LAYERS, root: str = ROOT) -> int | None:
+    """The index in `layers` of the module's layer; None when no entry places it."""
+    place = {name: i for i, (_, names) in enumerate(layers) for name in names}
+    if module == root:
+        return place.get(root)
+    name = module
+    while name and name != root:
+        if name in place:
+            return place[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS, root: str = ROOT) -> list[str]:
+    """One line per import from a lower layer to a higher one, naming both modules and layers."""
+    def layer(module: str) -> int:
+        found = layer_of(module, layers, root)
+        return -1 if found is None else found  # unplaced modules are reported by `unplaced`
+
+    def where(module: str) -> str:
+        return f"{module} (layer {layer(module)}: {layers[layer(module)][0]})"
+
+    return [f"{where(a)} imports {where(b)}, a higher layer"
+            for a in sorted(graph) if layer(a) >= 0
+            for b in sorted(graph[a]) if layer(b) > layer(a)]
+
+
+def unplaced(graph: dict[str, set[str]], layers=LAYERS, root: str = ROOT) -> list[str]:
+    return sorted(m for m in graph if layer_of(m, layers, root) is None)
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph(REPO, PACKAGES)
     assert len(graph) > 50  # the walk found the tree
     assert cycles(graph) == []
+
+
+def test_imports_run_down_the_layers() -> None:
+    graph = import_graph(REPO, PACKAGES)
+    assert unplaced(graph) == [], "place them in a layer (LAYERS and docs/architecture.md)"
+    assert upward_imports(graph) == []
 
 
 def test_a_cycle_is_found(tmp_path: Path) -> None:
@@ -127,8 +182,26 @@ def test_a_cycle_is_found(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("def f():\n    from pkg.sub.b import g\n")  # a lazy import counts
     (pkg / "sub" / "b.py").write_text("from .. import a\n")
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                              "    from pkg import a\n")  # type-only imports do not
+                              "    from pkg import d\n")  # so does a type-only one
     (pkg / "d.py").write_text("import pkg.c\n")
     graph = import_graph(tmp_path, ("pkg",))
-    assert graph["pkg.c"] == set() and graph["pkg.d"] == {"pkg.c"}
-    assert cycles(graph) == [["pkg.a", "pkg.sub.b"]]
+    assert graph["pkg.c"] == {"pkg.d"} and graph["pkg.d"] == {"pkg.c"}
+    assert cycles(graph) == [["pkg.a", "pkg.sub.b"], ["pkg.c", "pkg.d"]]
+
+
+def test_an_upward_import_is_found() -> None:
+    layers = (("bottom", ("pkg", "pkg.low")), ("top", ("pkg.high",)))
+    graph = {"pkg": set(), "pkg.low": set(), "pkg.low.deep": {"pkg.high.cli"},
+             "pkg.high": {"pkg.low"}, "pkg.high.cli": {"pkg.low.deep"}, "pkg.stray": set()}
+    assert upward_imports(graph, layers, root="pkg") == [
+        "pkg.low.deep (layer 0: bottom) imports pkg.high.cli (layer 1: top), a higher layer"]
+    assert unplaced(graph, layers, root="pkg") == ["pkg.stray"]  # the root places only itself
+
+
+def test_the_architecture_page_states_the_layers() -> None:
+    """docs/architecture.md lists each layer as `| index | name | `modules` ... |`, top first."""
+    rows = re.findall(r"^\| (\d+) \| ([^|]+?) \| (.+?) \|$",
+                      (REPO / "docs" / "architecture.md").read_text(encoding="utf-8"), re.M)
+    stated = sorted((int(i), name, tuple(re.findall(r"`([\w.]+)`", names)))
+                    for i, name, names in rows)
+    assert stated == [(i, name, names) for i, (name, names) in enumerate(LAYERS)]
