@@ -27,6 +27,8 @@ from lenbench.contract.instantiate import (
     suite_problems,
 )
 from lenbench.data.sources.reading import SourceError
+from lenbench.generation.llamacpp_server import LlamaServerError
+from lenbench.models.gguf import ModelSourceError
 from lenbench.validate import ConfigError, check_config
 from lenbench.worlds.shipped import ShippedWorldError
 
@@ -34,6 +36,9 @@ from lenbench.worlds.shipped import ShippedWorldError
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 # Errors that mean "fix the command or the input": one line each and exit status 2, no traceback.
 USER_ERRORS = (ConfigError, SourceError, ShippedWorldError)
+# Errors met on the way that the user fixes outside lenbench (a model package to install, a
+# llama-server that died): one line saying what to do, exit status 2, no traceback.
+SETUP_ERRORS = (ModelSourceError, LlamaServerError)
 log = logging.getLogger(__name__)
 
 
@@ -225,6 +230,11 @@ def _app(cfg: DictConfig) -> None:
             print(f"lenbench: {line}", file=sys.stderr)
         print("lenbench: stopped before any model work (debug=true shows the traceback)",
               file=sys.stderr)
+        sys.exit(2)
+    except SETUP_ERRORS as exc:
+        if cfg.debug:
+            raise
+        print(f"lenbench: {exc} (debug=true shows the traceback)", file=sys.stderr)
         sys.exit(2)
     if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.worker is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)

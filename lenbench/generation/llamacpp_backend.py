@@ -26,6 +26,7 @@ from typing import Any
 from lenbench.generation.http_client import ServerError, client_kwargs
 from lenbench.generation.llamacpp_server import (
     LlamaServer,
+    LlamaServerError,
     binary_version,
     find_binary,
     get_json,
@@ -33,7 +34,13 @@ from lenbench.generation.llamacpp_server import (
     wait_healthy,
 )
 from lenbench.generation.openai_backend import OpenAIGenerator, Reply, request_seed
-from lenbench.generation.protocol import GenRequest, GenResult, SamplingConfig
+from lenbench.generation.protocol import (
+    Generated,
+    GenRequest,
+    GenResult,
+    OnDone,
+    SamplingConfig,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +133,18 @@ class LlamaCppGenerator(OpenAIGenerator):
             **settings, "started_by_lenbench": True, "binary": str(binary)}, source=source,
             cache_prompt=gen_cfg.get("cache_prompt", True), temp_dir=temp,
             tokenizer=target.tokenizer, **kwargs)
+
+    def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
+                 on_done: OnDone | None = None) -> Generated:
+        """The openai backend's requests; when the server this generator started has died, its
+        end (a signal named, with its likely cause) replaces the failed request's error."""
+        try:
+            return super().generate(requests, cfg, on_done)
+        except ServerError as exc:
+            died = self.server.died() if self.server is not None else None
+            if died is not None:
+                raise LlamaServerError(died) from exc
+            raise
 
     def close(self) -> None:
         """Stop the server this generator started (a connected one is left running)."""

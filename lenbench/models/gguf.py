@@ -43,26 +43,45 @@ class GGUFParts:
         return first.rsplit(".part", 1)[0] if len(self.paths) > 1 else first
 
 
-def _package_file(spec: str, install_hint: str) -> tuple[Path, str, str]:
-    """`module:relative/path` -> (file, module, version), with a clear error when missing."""
-    module, _, rel = spec.partition(":")
-    if not rel:
-        raise ModelSourceError(f"model.gguf.files entry {spec!r}: write it as "
-                               "'import_name:path/inside/the/package'")
-    # find_spec locates the package without importing it: weight packages may import runtimes
-    # (llama.cpp bindings) that lenbench neither needs nor installs
+def _package_dir(module: str) -> Path | None:
+    """Where an installed package lives, found without importing it: weight packages may
+    import runtimes (llama.cpp bindings) that lenbench neither needs nor installs."""
     try:
         spec = importlib.util.find_spec(module)
     except ModuleNotFoundError:  # a dotted name whose parent package is missing
         spec = None
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _package_file(spec: str, install_hint: str) -> tuple[Path, str, str]:
+    """`module:relative/path` -> (file, module, version), with a clear error when missing."""
+    module, _, rel = spec.partition(":")
+    folder = _package_dir(module)
+    if folder is None:
         raise ModelSourceError(f"the model's weights come from the Python package {module!r}, "
                                f"which is not installed: {install_hint}")
-    path = Path(next(iter(spec.submodule_search_locations))) / rel
+    path = folder / rel
     if not path.is_file():
         raise ModelSourceError(f"{module} is installed but holds no {rel!r} ({path}); "
                                f"reinstall it: {install_hint}")
     return path, module, _version(module)
+
+
+def _check_packages(files: list[str], install_hint: str) -> None:
+    """Every entry well formed, and every package installed: a checkpoint in chunk packages
+    names all the missing ones at once, so one install command fixes the run."""
+    for spec in files:
+        if not spec.partition(":")[2]:
+            raise ModelSourceError(f"model.gguf.files entry {spec!r}: write it as "
+                                   "'import_name:path/inside/the/package'")
+    modules = list(dict.fromkeys(spec.partition(":")[0] for spec in files))
+    missing = [m for m in modules if _package_dir(m) is None]
+    if len(missing) > 1:
+        names = ", ".join(repr(m) for m in missing)
+        raise ModelSourceError(f"the model's weights come from the Python packages {names}, "
+                               f"which are not installed: {install_hint}")
 
 
 def _version(module: str) -> str:
@@ -87,6 +106,7 @@ def locate_gguf(model_cfg: dict) -> GGUFParts:
     if not files:
         raise ModelSourceError("a GGUF model needs model.path=FILE.gguf or model.gguf.files")
     hint = spec.get("install") or "pip install the package named in the model preset"
+    _check_packages(files, hint)
     found = [_package_file(f, hint) for f in files]
     return GGUFParts(tuple(p for p, _, _ in found), {m: v for _, m, v in found})
 
