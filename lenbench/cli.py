@@ -94,6 +94,18 @@ def check_predictor_args(members: list[tuple[str, dict]], container: dict[str, A
         raise ConfigError(problems)
 
 
+def check_run_config(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, dict]]]:
+    """What `run` checks before any work, reading only the config: the values resolved, every
+    field validated, every predictor's arguments against its class. Returns the resolved config
+    and the (name, config) of each predictor to run; raises `ConfigError` naming each problem."""
+    container = resolved_config(cfg)
+    check_config(container)
+    worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
+    members = [] if worker else _predictor_configs(cfg)
+    check_predictor_args(members, container)
+    return container, members
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
@@ -107,11 +119,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         transfer_run_config,
     )
 
-    container = resolved_config(cfg)
-    check_config(container)
+    container, members = check_run_config(cfg)
     worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
-    members = [] if worker else _predictor_configs(cfg)
-    check_predictor_args(members, container)
     cap = label_import_cap(container)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
         cfg = copy.deepcopy(cfg)

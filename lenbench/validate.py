@@ -28,7 +28,7 @@ INTEGERS: dict[str, tuple[int | None, bool]] = {
     "dataset.max_length": (1, True),
     "generation.n_samples": (1, False),
     "generation.max_new_tokens": (1, False),
-    "generation.batch_size": (1, False),
+    "generation.batch_size": (1, True),  # null only where the backend batches (_choice_problems)
     "generation.shard_prompts": (1, False),
     "generation.max_prompt_tokens": (1, True),
     "generation.max_length_exclusive": (2, True),
@@ -212,6 +212,12 @@ def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
     backend = _get(cfg, "generation.backend")
     if backend is not MISSING and backend not in BACKENDS:
         out.append(f"generation.backend={backend!r}: use one of {list(BACKENDS)}")
+    # Null is the server backends' own default (vllm, llamacpp: they batch their requests
+    # themselves and never read it), so `generation=llamacpp` runs as it composes; the hf
+    # decoder alone needs a number of rows.
+    if backend in (MISSING, "hf") and _get(cfg, "generation.batch_size") is None:
+        out.append("generation.batch_size=None: the hf backend needs an integer >= 1 (rows "
+                   "decoded together)")
     source = _get(cfg, "generation.length_source")
     if source not in (MISSING, None) and source not in LENGTH_SOURCES:
         out.append(f"generation.length_source={source!r}: use one of {list(LENGTH_SOURCES)}")

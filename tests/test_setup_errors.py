@@ -115,7 +115,7 @@ def test_the_cli_names_sigill_and_its_fix_in_one_line(tmp_path):
     gguf.write_bytes(b"GGUF")
     binary = _signalling_server(tmp_path, signal.SIGILL)
     run = ("generation=llamacpp", f"generation.binary={binary}", f"generation.gguf={gguf}",
-           "generation.regenerate=true", "generation.batch_size=1")
+           "generation.regenerate=true")
     line = _one_line(_lenbench(tmp_path, *run))
     assert "llama-server was killed by SIGILL while starting" in line
     assert line.index(NO_REPACK) < line.index(REBUILD)
