@@ -1,8 +1,11 @@
 """Typed configs: every preset composes into its schema, mistakes fail at compose time naming the
-field, and no preset repeats a default its schema already holds."""
+field, and no preset repeats a default its schema (a predictor's: its parent preset, else its
+constructor) already holds."""
 
 from __future__ import annotations
 
+import inspect
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import yaml
 from helpers.cli import run_lenbench
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from lenbench.cli import CONF_DIR
@@ -114,6 +118,108 @@ def test_presets_set_only_what_differs_from_their_schema(path):
     defaults = OmegaConf.to_container(OmegaConf.structured(schema))
     repeated = sorted(k for k, v in data.items() if k != "defaults" and defaults.get(k) == v)
     assert not repeated, f"{path.name} repeats its schema's defaults for {repeated}"
+
+
+# Predictor presets have no schema: a preset's defaults are its parent preset's values, else its
+# class's constructor defaults. A repeated value stays only where listed here, with why. Removing
+# a key restating a constructor default would change the composed predictor config, which results
+# hash into their file names, so those are kept (and new ones refused).
+HASHED = ("restates the constructor's default, but is in the composed config, so in the config "
+          "hash of the committed results (leaderboard/results/): removing it renames them")
+PAPER = ("the paper's value, cited in the preset's header: pinned against changes to the "
+         "toyworld preset it extends")
+PINNED: dict[str, dict[str, str]] = {
+    "bert_regressor": dict.fromkeys(["batch_size", "epochs", "head_hidden", "head_lr", "lr",
+                                     "max_tokens", "model_path", "pooling", "weight_decay"],
+                                    HASHED),
+    "bin_classifier": dict.fromkeys(["batch_size", "epochs", "hidden", "layer", "lr", "n_bins",
+                                     "weight_decay"], HASHED),
+    "conformal": dict.fromkeys(["base_sees_val", "dynamic", "levels"], HASHED),
+    "constant": {"statistic": HASHED},
+    "egtp": dict.fromkeys(["batch_size", "ce_weight", "dropout", "epochs", "hidden", "layer", "lr",
+                           "n_bins", "pooling", "weight_decay"], HASHED),
+    "mlp_probe": dict.fromkeys(["batch_size", "dynamic", "epochs", "layer", "lr",
+                                "max_train_steps", "weight_decay"], HASHED),
+    "mlp_quantile": {"levels": HASHED},
+    "opt_classifier": dict.fromkeys(["batch_size", "epochs", "lr", "max_tokens", "model_path",
+                                     "n_bins", "proxy_ffn", "proxy_heads", "proxy_hidden",
+                                     "proxy_layers", "tokenizer_path", "weight_decay"], HASHED),
+    "outlets": dict.fromkeys(["attention", "batch_tokens", "gate", "head_input",
+                              "overhead_batches", "overhead_context", "spec_depth",
+                              "spec_max_new_tokens", "spec_prompts", "variant"], HASHED),
+    "pia": dict.fromkeys(["batch_size", "max_new_tokens", "unit"], HASHED),
+    "plp": dict.fromkeys(["aggregate", "batch_size", "ce_weight", "dropout", "epochs", "hidden",
+                          "layer", "lr", "max_train_steps", "n_bins", "observed_steps",
+                          "steps_per_request", "weight_decay"], HASHED),
+    "tfidf_ridge": dict.fromkeys(["alpha", "max_features", "min_df", "ngram_max"], HASHED),
+    "paper/bert_regressor": {"pooling": PAPER},
+    "paper/outlets": dict.fromkeys([f"train.{k}" for k in (
+        "betas", "clip", "max_len", "target_cache", "target_cache_max_bytes", "weight_decay")],
+        PAPER),
+}
+PREDICTOR_PRESETS = sorted((CONF / "predictor").rglob("*.yaml"))
+
+
+def _same(a, b) -> bool:
+    """Equal as config values: a list equals a tuple default, 1 equals 1.0, true is not 1."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _repeats(own: dict, inherited: dict, prefix: str = "") -> set[str]:
+    """The dotted keys of `own` whose value `inherited` already holds (deep, as Hydra merges)."""
+    out = set()
+    for key, value in own.items():
+        if key not in inherited:
+            continue
+        if isinstance(value, dict) and isinstance(inherited[key], dict):
+            out |= _repeats(value, inherited[key], f"{prefix}{key}.")
+        elif _same(value, inherited[key]):
+            out.add(prefix + key)
+    return out
+
+
+@pytest.fixture(scope="module")
+def inherited_predictor_configs(tmp_path_factory) -> dict[str, dict]:
+    """Each predictor preset as Hydra composes it without its own keys: what its parents give."""
+    conf = tmp_path_factory.mktemp("conf") / "conf"
+    shutil.copytree(CONF, conf)
+    out = {}
+    for path in PREDICTOR_PRESETS:
+        option = path.relative_to(CONF / "predictor").with_suffix("").as_posix()
+        parents = OmegaConf.load(path).get("defaults")
+        if not parents:
+            out[option] = {}
+            continue
+        bare = conf / "predictor" / f"{option}.yaml"
+        bare.write_text(yaml.safe_dump({"defaults": OmegaConf.to_container(parents)}))
+        composed = _compose(f"predictor={option}", conf_dir=conf).predictor
+        out[option] = OmegaConf.to_container(composed, resolve=False)
+        shutil.copy(path, bare)
+    return out
+
+
+@pytest.mark.parametrize("path", PREDICTOR_PRESETS,
+                         ids=lambda p: p.relative_to(CONF / "predictor").with_suffix("").as_posix())
+def test_predictor_presets_set_only_what_differs(path, inherited_predictor_configs):
+    """A predictor preset repeats neither its parent preset's values nor, where no parent sets
+    the key, its class's constructor defaults (PINNED lists the few kept, and must stay true)."""
+    option = path.relative_to(CONF / "predictor").with_suffix("").as_posix()
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    own.pop("defaults", None)
+    if "suite" in own:
+        return
+    inherited = inherited_predictor_configs[option]
+    found = _repeats(own, inherited)
+    cls = get_class(own.get("_target_") or inherited["_target_"])
+    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    found |= {k for k, v in own.items()
+              if k not in inherited and k in defaults and _same(v, defaults[k])}
+    pinned = set(PINNED.get(option, {}))
+    assert not found - pinned, f"{option} repeats a default for {sorted(found - pinned)}"
+    assert not pinned - found, f"PINNED lists {sorted(pinned - found)} for {option}: now unset"
 
 
 @pytest.mark.parametrize("option", _options("predictor") + sorted(
