@@ -191,24 +191,26 @@ def _fmt(x: Any, digits: int = 1) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
-def _summary(results: list[dict[str, Any]]) -> None:
+def _summary(written: list[dict[str, Any]]) -> None:
+    from lenbench.results import Result
+
+    results = [Result.from_mapping(r) for r in written]
     table = Table(title="lenbench results (test split)")
     for col in ("predictor", "status", "static MAE", "95% CI", "Kendall τ", "dynamic MAE",
                 "fit s"):
         table.add_column(col)
     # the static MAE on the transfer set (dataset@transfer=...), when the run scored one
-    away = [((r.get("transfer") or {}).get("metrics") or {}).get("static") or {} for r in results]
+    away = [(r.transfer.metrics.static if r.transfer and r.transfer.metrics else None) or {}
+            for r in results]
     if any(away):
         table.add_column("transfer MAE")
     for r, a in zip(results, away):
-        m = r.get("metrics") or {}
-        st, dy = m.get("static") or {}, m.get("dynamic") or {}
+        st, dy = r.metrics.static or {}, r.metrics.dynamic or {}
         ci = st.get("mae_ci")
-        table.add_row(r["predictor"]["name"], r["status"], _fmt(st.get("mae")),
+        table.add_row(r.predictor.name, r.status, _fmt(st.get("mae")),
                       "—" if not ci else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
                       _fmt(st.get("kendall_tau"), 3), _fmt(dy.get("mae")),
-                      _fmt((r.get("timings") or {}).get("fit_s"), 2),
-                      *([_fmt(a.get("mae"))] if any(away) else []))
+                      _fmt(r.timings.fit_s, 2), *([_fmt(a.get("mae"))] if any(away) else []))
     Console(stderr=True).print(table)
 
 

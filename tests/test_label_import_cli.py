@@ -33,11 +33,11 @@ def test_jsonl_label_import_scores_text_predictors(e2e: E2ERun, tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-4000:]
     results, problems = load_results(tmp_path / "results")
     assert not problems
-    by_name = {r["predictor"]["name"]: r for r in results}
+    by_name = {r.predictor.name: r for r in results}
     assert set(by_name) == {"constant", "tfidf_ridge"}  # one length per prompt: no noise floor
-    mae = {k: r["metrics"]["static"]["mae"] for k, r in by_name.items()}
+    mae = {k: r.metrics.static["mae"] for k, r in by_name.items()}
     assert mae["tfidf_ridge"] < 0.5 * mae["constant"]
-    assert by_name["constant"]["stage_keys"]["features"] is None
+    assert by_name["constant"].stage_keys["features"] is None
 
 
 def test_label_import_refuses_feature_predictors(e2e: E2ERun, tmp_path: Path) -> None:

@@ -51,16 +51,16 @@ def test_a_trace_imports_without_any_model(tmp_path: Path) -> None:
     assert sorted(p.name for p in cache.iterdir()) == ["hydra", "import", "promptset"]
     results, problems = load_results(tmp_path / "res")
     assert not problems and len(results) == 3
-    by_name = {r["predictor"]["name"]: r for r in results}
+    by_name = {r.predictor.name: r for r in results}
     for r in results:
-        assert r["dataset"]["name"] == "llama_trace" and r["model"]["name"] == "llama-3-8b"
-        assert r["config"]["generation"]["max_new_tokens"] == facts["largest"] == 800
-        assert r["generation"]["n_prompts_unlabelled"] == facts["n_unlabelled"]
-        assert r["metrics"]["static"]["n_censored"] > 0  # censored test rows, scored as such
+        assert r.dataset.name == "llama_trace" and r.model.name == "llama-3-8b"
+        assert r.config["generation"]["max_new_tokens"] == facts["largest"] == 800
+        assert r.generation["n_prompts_unlabelled"] == facts["n_unlabelled"]
+        assert r.metrics.static["n_censored"] > 0  # censored test rows, scored as such
     ridge = by_name["tfidf_ridge"]
-    assert ridge["predictor"]["params"]["max_length"] == facts["largest"]
-    assert max(ridge["predictions"]["pred"]) > 600  # essays: nothing clipped at the default 256
-    mae = {k: r["metrics"]["static"]["mae"] for k, r in by_name.items()}
+    assert ridge.predictor.params["max_length"] == facts["largest"]
+    assert max(ridge.predictions.pred) > 600  # essays: nothing clipped at the default 256
+    mae = {k: r.metrics.static["mae"] for k, r in by_name.items()}
     assert mae["tfidf_ridge"] < 0.7 * mae["constant"]  # ~151 vs ~252
     board = (tmp_path / "board" / "README.md").read_text()
     assert "## llama_trace / llama-3-8b" in board

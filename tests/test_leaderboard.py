@@ -101,10 +101,8 @@ def test_rebuild_is_byte_identical_and_removes_stale_plots(tmp_path: Path) -> No
 def test_newer_rerun_of_a_seed_supersedes_the_older(tmp_path: Path) -> None:
     res = tmp_path / "res"
     shutil.copytree(GOLDEN, res)
-    old = next(r for r in load_results(res)[0]
-               if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
-    new = json.loads(json.dumps(old))
-    del new["_source"]
+    old = next(r for r in load_results(res)[0] if r.predictor.name == "mlp_probe" and r.seed == 0)
+    new = json.loads((res / old.source).read_text(encoding="utf-8"))
     new["created_at"] = "2030-01-01T00:00:00Z"
     new["config_hash"] = "ffffffffffff"
     new["metrics"]["static"]["mae"] = 88.0  # seeds now 88, 84 -> 86.0 ± 2.8
@@ -137,8 +135,8 @@ def test_main_missing_results_folder(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_other_params_get_their_own_row(tmp_path: Path) -> None:
     res = tmp_path / "res"
     shutil.copytree(GOLDEN, res)
-    other = next(r for r in load_results(res)[0] if r["predictor"]["name"] == "mlp_probe")
-    del other["_source"]
+    first = next(r for r in load_results(res)[0] if r.predictor.name == "mlp_probe")
+    other = json.loads((res / first.source).read_text(encoding="utf-8"))
     other["predictor"]["params"] = {"hidden": 64}
     other["config_hash"] = "eeeeeeeeeeee"
     other["scheduling"] = {"p99_short_s": 1.0}  # reaches the (empty) scheduling hook harmlessly

@@ -27,22 +27,22 @@ def test_every_number_in_a_result_is_a_row_with_its_value():
     table = results_table(results)
     assert list(table.columns) == COLUMNS
     for r in results:
-        if r["status"] != "ok":
+        if r.status != "ok":
             assert result_rows(r) == []  # a failed run has no figures
             continue
-        who = {"predictor": r["predictor"]["name"], "seed": r["seed"], "variant": ""}
-        static = r["metrics"]["static"]
+        who = {"predictor": r.predictor.name, "seed": r.seed, "variant": ""}
+        static = r.metrics.static
         assert _value(table, metric="static.mae", **who) == static["mae"]
         low, high = static["mae_ci"]
         assert _value(table, metric="static.mae_ci_low", **who) == low
         assert _value(table, metric="static.mae_ci_high", **who) == high
-        for key, value in r["timings"].items():
+        for key, value in r.timings.items():
             if isinstance(value, int | float) and math.isfinite(value):
                 assert _value(table, metric=f"timings.{key}", **who) == value
-        for variant, block in (r["metrics"].get("variants") or {}).items():
+        for variant, block in r.metrics.variants.items():
             assert _value(table, metric="static.mae", predictor=who["predictor"],
-                          seed=r["seed"], variant=variant) == block["mae"]
-        dynamic = r["metrics"].get("dynamic")
+                          seed=r.seed, variant=variant) == block["mae"]
+        dynamic = r.metrics.dynamic
         if dynamic:
             assert _value(table, metric="dynamic.mae", **who) == dynamic["mae"]
 

@@ -3,6 +3,7 @@ protocol load, but the leaderboard says so under the section's heading and marks
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ from lenbench.results import (
     PROTOCOL_VERSION,
     ResultError,
     load_results,
-    protocol_version,
     validate_result,
 )
 
@@ -44,9 +44,10 @@ def test_a_file_without_the_field_is_protocol_1_and_a_wrong_one_is_refused(tmp_p
                                                                           ) -> None:
     synthetic_result(tmp_path, "old", 0, protocol_version=None)
     (old,), problems = load_results(tmp_path)
-    assert not problems and "protocol_version" not in old and protocol_version(old) == 1
+    raw = json.loads((tmp_path / old.source).read_text(encoding="utf-8"))
+    assert not problems and "protocol_version" not in raw and old.protocol_version == 1
     for bad in ("2", 0, 2.5, True):
-        r = {**old, "protocol_version": bad}
+        r = {**raw, "protocol_version": bad}
         with pytest.raises(ResultError, match="'protocol_version'"):
             validate_result(r, source="x.json")
 

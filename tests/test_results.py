@@ -36,7 +36,7 @@ def test_golden_results_are_valid() -> None:
     results, problems = load_results(GOLDEN)
     assert len(results) == 6  # 5 ok + 1 failed
     assert [p.split(":")[0] for p in problems] == ["toyworld/toy/broken/000000000000.json"]
-    assert all(r["schema_version"] == SCHEMA_VERSION for r in results)
+    assert all(r.schema_version == SCHEMA_VERSION for r in results)
 
 
 def test_write_result_replaces_and_leaves_no_temp_files(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_load_results_reports_bad_files_and_ignores_temp_files(tmp_path: Path) -
     assert len(results) == 6
     assert len(problems) == 2
     assert problems[0].startswith("garbage.json: not readable JSON")
-    assert all(r["_source"].endswith(".json") for r in results)
+    assert all(r.source.endswith(".json") for r in results)
 
 
 def test_load_results_missing_folder(tmp_path: Path) -> None:

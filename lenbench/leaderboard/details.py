@@ -15,7 +15,6 @@ from lenbench.leaderboard.rows import (
     _mean,
     _mean_std,
     _num,
-    _report,
     _Row,
     _time,
     is_number,
@@ -112,7 +111,7 @@ def _observed_steps_table(rows: list[_Row]) -> list[Block]:
     for row in rows:
         if row.variant is not None:
             continue
-        dyn = [((r.get("metrics") or {}).get("dynamic") or {}) for r in row.results]
+        dyn = [r.metrics.dynamic or {} for r in row.results]
         dyn = [d for d in dyn if isinstance(d.get("observed_steps"), list)]
         if dyn:
             entries.append((row, dyn))
@@ -234,19 +233,19 @@ def _details_section(rows: list[_Row]) -> list[Block]:
     blocks = _observed_steps_table(mains)
     spec_entries = []
     for row in mains:
-        specs = [_report(r).get("speculative") for r in row.results]
+        specs = [r.report.get("speculative") for r in row.results]
         specs = [s for s in specs if isinstance(s, dict)]
         if specs:
             spec_entries.append((row.base_label, specs))
     if spec_entries:
         blocks += _speculative_table(spec_entries)
     for row in mains:
-        reports = [_report(r) for r in row.results]
+        reports = [r.report for r in row.results]
         flat = [_flatten(rep) for rep in reports]
         keys = sorted({k for f, _ in flat for k in f}, key=_natural)
         if not keys:
             continue
-        seeds = ", ".join(str(r["seed"]) for r in row.results)
+        seeds = ", ".join(str(r.seed) for r in row.results)
         body = [[f"`{_cell(k)}`", _cell(_seed_values([f.get(k) for f, _ in flat]), 600)]
                 for k in keys]
         blocks += [Heading(4, _cell(row.base_label)),

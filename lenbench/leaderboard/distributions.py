@@ -12,6 +12,7 @@ to [1, cap] moved.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Image, Table, Text
 from lenbench.leaderboard.plots import _save_png
 from lenbench.leaderboard.rows import DASH, _cell, _Row, non_causal
+from lenbench.results import Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.metrics import paired_difference
 
@@ -78,13 +80,12 @@ class DistRow:
     pit: list[float] | None = None  # mean PIT histogram over seeds (static)
 
 
-def _part(r: dict[str, Any], part: str) -> dict[str, Any] | None:
-    dist = (r.get("metrics") or {}).get("distribution")
-    value = dist.get(part) if isinstance(dist, dict) else None
-    return value if isinstance(value, dict) else None
+def _part(r: Result, part: str) -> Mapping[str, Any] | None:
+    dist = r.metrics.distribution
+    return None if dist is None else dist.static if part == "static" else dist.dynamic
 
 
-def _pooled(results: list[dict[str, Any]], part: str) -> dict[str, Any]:
+def _pooled(results: list[Result], part: str) -> dict[str, Any]:
     """Seed means of each value, and of each interval's bounds, of one part of the metrics."""
     parts = [p for p in (_part(r, part) for r in results) if p is not None]
     out: dict[str, Any] = {}
@@ -97,22 +98,22 @@ def _pooled(results: list[dict[str, Any]], part: str) -> dict[str, Any]:
     return out
 
 
-def _row_crps(r: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _row_crps(r: Result) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(CRPS, prompt ids, true lengths) of the rows the sibling reference scores too: the rows,
     censored ones included, of prompts with at least two samples (files written before censored
     rows were scored hold null there, and pair on the rest)."""
-    p = r.get("predictions") or {}
-    if not all(k in p for k in ("crps", "prompt_id", "true")):
+    p = r.predictions
+    if p is None or p.crps is None or p.prompt_id is None:
         return None
-    ids = np.asarray(p["prompt_id"])
-    true = np.asarray(p["true"], dtype=np.float64)
+    ids = np.asarray(p.prompt_id)
+    true = np.asarray(p.true, dtype=np.float64)
     _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
     keep = counts[inverse.reshape(-1)] >= 2
-    crps = np.array([np.nan if v is None else v for v in p["crps"]], dtype=np.float64)
+    crps = np.array([np.nan if v is None else v for v in p.crps], dtype=np.float64)
     return crps[keep], ids[keep], true[keep]
 
 
-def _paired_to_siblings(results: list[dict[str, Any]], siblings: dict[str, Any] | None
+def _paired_to_siblings(results: list[Result], siblings: Result | None
                         ) -> dict[str, Any] | None:
     """This predictor's CRPS (averaged over seeds, row by row) minus the siblings' on the same
     rows, with a paired bootstrap interval over prompts; None when the rows do not match."""

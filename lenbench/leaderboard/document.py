@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,9 @@ from lenbench.leaderboard.transfer import _transfer_section
 from lenbench.results import (
     PROTOCOL_CHANGES,
     PROTOCOL_VERSION,
+    ErrorInfo,
+    Result,
     load_results,
-    protocol_version,
     safe_name,
 )
 from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
@@ -76,8 +77,8 @@ def _main_table(rows: list[_Row], reference: str) -> tuple[Table, str | None]:
         if row is ref:
             static = dynamic = "(reference)"
         elif row.variant is None and row.kind == "predictor":
-            static = paired_cell(row.results, ref.results, "static")
-            dynamic = paired_cell(row.results, ref.results, "dynamic")
+            static = paired_cell(row.scored_rows(), ref.scored_rows(), "static")
+            dynamic = paired_cell(row.scored_rows(), ref.scored_rows(), "dynamic")
         cells.insert(3, static)
         if with_dynamic:
             cells.insert(8, dynamic if row.values("dynamic", "mae") or row is ref else DASH)
@@ -89,18 +90,17 @@ def _main_table(rows: list[_Row], reference: str) -> tuple[Table, str | None]:
     return Table(header, body, align, caption="main"), ref_name
 
 
-def too_few_prompts(ok: list[dict[str, Any]]) -> int | None:
+def too_few_prompts(ok: list[Result]) -> int | None:
     """The test prompts of a world too small to rank predictors on (None: enough)."""
-    prompts = [int(r["dataset"]["n_test_prompts"]) for r in ok
-               if is_number((r.get("dataset") or {}).get("n_test_prompts"))]
+    prompts = [int(r.dataset.n_test_prompts) for r in ok if is_number(r.dataset.n_test_prompts)]
     return max(prompts) if prompts and max(prompts) < MIN_RANKING_PROMPTS else None
 
 
-def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[Block]:
+def _scoring_notes(ok: list[Result], rows: list[_Row]) -> list[Block]:
     """What the reader must know before trusting a row: censored rows, clipped predictions,
     the noise floor's rows, and a test split too small to rank on."""
     notes = []
-    if not any(r.get("fingerprints") for r in ok):
+    if not any(r.fingerprints for r in ok):
         notes.append("These results were recorded before lenbench kept label fingerprints and "
                      "row identities: they cannot be paired (Δ shows —), nor told apart from "
                      "results scored on other labels, and the markers newer runs record († and "
@@ -108,9 +108,9 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[Block]:
     if few := too_few_prompts(ok):
         notes.append(f"**Too few test prompts to rank predictors** ({few} < "
                      f"{MIN_RANKING_PROMPTS}): differences here are anecdotes, not rankings.")
-    censored = [r for r in ok if ((r.get("metrics") or {}).get("static") or {}).get("n_censored")]
+    censored = [r.metrics.static for r in ok if (r.metrics.static or {}).get("n_censored")]
     if censored:
-        n = int(censored[0]["metrics"]["static"]["n_censored"])
+        n = int(censored[0]["n_censored"])
         notes.append(f"{n} test rows are right-censored (cut off at the length cap): a "
                      "prediction at or above the cut-off scores 0 there, a shorter one its "
                      "shortfall (remaining lengths L − t likewise); rank correlations use the "
@@ -131,8 +131,8 @@ def _scoring_notes(ok: list[dict[str, Any]], rows: list[_Row]) -> list[Block]:
                      "seed): " + "; ".join(clipped) + ".")
     floors = [r for r in rows if r.kind == "reference" and r.results]
     for row in floors:
-        bounds = (row.results[0].get("metrics") or {}).get("noise_floor") or {}
-        n_test = (row.results[0].get("dataset") or {}).get("n_test")
+        bounds = row.results[0].metrics.noise_floor or {}
+        n_test = row.results[0].dataset.n_test
         if is_number(bounds.get("n")) and bounds["n"] != n_test:
             cens = (f", {bounds['n_censored']} of them censored"
                     if is_number(bounds.get("n_censored")) else "")
@@ -149,7 +149,7 @@ def _protocol_note(rows: list[_Row]) -> list[Block]:
     old = earlier_protocol(shown)
     if not old:
         return []
-    oldest = min(protocol_version(r) for r in old)
+    oldest = min(r.protocol_version for r in old)
     changes = "; ".join(PROTOCOL_CHANGES.get(v, f"protocol {v}")
                         for v in range(oldest + 1, PROTOCOL_VERSION + 1))
     return [Text(f"**Scored under an earlier protocol** ({len(old)} of {len(shown)} results, "
@@ -157,7 +157,7 @@ def _protocol_note(rows: list[_Row]) -> list[Block]:
                  f"{PROTOCOL_VERSION}); rerun the section's runs to rescore them.")]
 
 
-def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
+def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
              written: set[Path], reference: str = DEFAULT_REFERENCE,
              fingerprint: str | None = None, split_by_fingerprint: bool = False) -> World:
     rows, superseded = _build_rows(ok)
@@ -172,17 +172,17 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
                           "results written before label fingerprints were recorded), so they "
                           "are kept apart."))
 
-    def distinct(field_path: tuple[str, str]) -> list[str]:
-        vals = {str((r.get(field_path[0]) or {}).get(field_path[1])) for r in ok}
+    def distinct(value: Callable[[Result], Any]) -> list[str]:
+        vals = {str(value(r)) for r in ok}
         return sorted(v for v in vals if v != "None")
 
     info = []
-    n_test = distinct(("dataset", "n_test"))
-    n_prompts = distinct(("dataset", "n_test_prompts"))
+    n_test = distinct(lambda r: r.dataset.n_test)
+    n_prompts = distinct(lambda r: r.dataset.n_test_prompts)
     if n_test:
         info.append(f"test set: {' / '.join(n_test)} rows"
                     + (f" from {' / '.join(n_prompts)} prompts" if n_prompts else ""))
-    ds_keys, model_keys = distinct(("dataset", "key")), distinct(("model", "key"))
+    ds_keys, model_keys = distinct(lambda r: r.dataset.key), distinct(lambda r: r.model.key)
     if ds_keys:
         info.append("dataset key " + ", ".join(f"`{k}`" for k in ds_keys))
     if model_keys:
@@ -223,22 +223,20 @@ def _section(dataset: str, model: str, ok: list[dict[str, Any]], out_dir: Path,
     return World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
 
 
-def _failed_lines(failed: list[dict[str, Any]], problems: list[str]) -> list[Block]:
+def _failed_lines(failed: list[Result], problems: list[str]) -> list[Block]:
     lines: list[Block] = [Heading(2, "Failed runs")]
     if not failed:
         lines.append(Text("None."))
     else:
-        def key(r: dict[str, Any]) -> tuple[Any, ...]:
-            return (r["dataset"]["name"], r["model"]["name"], r["predictor"]["name"], r["seed"],
-                    r["_source"])
+        def key(r: Result) -> tuple[Any, ...]:
+            return (r.dataset.name, r.model.name, r.predictor.name, r.seed, r.source)
 
         body = []
         for r in sorted(failed, key=key):
-            err = r.get("error") or {}
-            first = (str(err.get("message", "")).strip().splitlines() or [""])[0]
-            body.append([_cell(r["dataset"]["name"]), _cell(r["model"]["name"]),
-                         _cell(r["predictor"]["name"]), str(r["seed"]),
-                         _cell(f"{err.get('type', '?')}: {first}"), f"`{_cell(r['_source'])}`"])
+            err = r.error or ErrorInfo("?", "")
+            first = (err.message.strip().splitlines() or [""])[0]
+            body.append([_cell(r.dataset.name), _cell(r.model.name), _cell(r.predictor.name),
+                         str(r.seed), _cell(f"{err.type}: {first}"), f"`{_cell(r.source)}`"])
         lines.append(Table(["Dataset", "Model", "Predictor", "Seed", "Error", "File"], body,
                            [LEFT] * 3 + [RIGHT, LEFT, LEFT]))
     if problems:
@@ -261,23 +259,19 @@ def build_leaderboard(results_dir: str | Path, out_dir: str | Path,
     return _build(results_dir, out_dir, reference, site)[0]
 
 
-def labels_fingerprint(result: dict[str, Any]) -> str | None:
-    return (result.get("fingerprints") or {}).get("labels")
-
-
 def _build(results_dir: str | Path, out_dir: str | Path, reference: str = DEFAULT_REFERENCE,
            site: bool = True) -> tuple[Path, dict[str, int], list[str]]:
     results, problems = load_results(results_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    ok = [r for r in results if r["status"] == "ok"]
-    failed = [r for r in results if r["status"] == "failed"]
+    ok = [r for r in results if r.status == "ok"]
+    failed = [r for r in results if r.status == "failed"]
     # one table per world and label fingerprint: results scored on other labels never mix
-    by_pair: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+    by_pair: dict[tuple[str, str], dict[str, list[Result]]] = defaultdict(
         lambda: defaultdict(list))
     for r in ok:
-        by_pair[(r["dataset"]["name"], r["model"]["name"])][labels_fingerprint(r) or ""].append(r)
+        by_pair[(r.dataset.name, r.model.name)][r.labels_fingerprint or ""].append(r)
 
     intro: list[Block] = [
         Heading(1, "lenbench leaderboard"),

@@ -33,8 +33,7 @@ def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
     for row in rows:
         if row.variant is not None:
             continue
-        curves = [((r.get("metrics") or {}).get("dynamic") or {}).get("mae_by_progress")
-                  for r in row.results]
+        curves = [(r.metrics.dynamic or {}).get("mae_by_progress") for r in row.results]
         curves = [c for c in curves if c]
         if not curves:
             continue
@@ -71,13 +70,13 @@ def _scatter_plot(rows: list[_Row], path: Path, title: str) -> bool:
         if row.variant is not None:
             continue
         for r in row.results:  # results are sorted by seed
-            preds = r.get("predictions") or {}
-            pairs = [(t, p) for t, p in zip(preds.get("true") or [], preds.get("pred") or [],
-                                             strict=False)
+            preds = r.predictions
+            pairs = [(t, p) for t, p in zip(preds.true if preds else [],
+                                             preds.pred if preds else [], strict=False)
                      if isinstance(t, (int, float)) and isinstance(p, (int, float))
                      and math.isfinite(t) and math.isfinite(p)]
             if pairs:
-                panels.append((f"{row.label} (seed {r['seed']})", pairs))
+                panels.append((f"{row.label} (seed {r.seed})", pairs))
                 break
     if not panels:
         return False

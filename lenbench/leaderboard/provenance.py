@@ -4,18 +4,19 @@ site shows the same paragraphs in the world's card, under a short list of its ke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lenbench.leaderboard.blocks import Block, Text
 from lenbench.leaderboard.rows import DASH, _cell, _Row, _row_cells
-from lenbench.results import protocol_version
+from lenbench.results import Result
 
 
-def _latest(ok: list[dict[str, Any]]) -> dict[str, Any]:
-    return max(ok, key=lambda r: str(r.get("created_at", "")))
+def _latest(ok: list[Result]) -> Result:
+    return max(ok, key=lambda r: r.created_at)
 
 
-def label_counts(gen: dict[str, Any]) -> tuple[int, int, int, int] | None:
+def label_counts(gen: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
     """(prompts generated for, samples per prompt, samples generated, samples censored) of a
     generation block; None when the labels were not sampled here (imported, or not recorded)."""
     if not gen.get("sampling") or gen.get("n_prompts") is None:
@@ -25,11 +26,11 @@ def label_counts(gen: dict[str, Any]) -> tuple[int, int, int, int] | None:
     return n_prompts, n_samples, n_prompts * n_samples, int(gen.get("n_censored") or 0)
 
 
-def provenance_blocks(ok: list[dict[str, Any]]) -> list[Block]:
+def provenance_blocks(ok: list[Result]) -> list[Block]:
     """How the labels were made (sampling, cap, censoring) and where the model came from, from
     the newest result: a reader must see what the cap cut before trusting a mean length."""
     latest = _latest(ok)
-    gen, source = latest.get("generation") or {}, (latest.get("model") or {}).get("source")
+    gen, source = latest.generation, latest.model.source
     out = []
     sampling = gen.get("sampling") or {}
     if counts := label_counts(gen):
@@ -61,17 +62,18 @@ def provenance_blocks(ok: list[dict[str, Any]]) -> list[Block]:
     return [Text(text, "provenance") for text in out]
 
 
-def card_entries(ok: list[dict[str, Any]], rows: list[_Row]) -> list[tuple[str, str]]:
+def card_entries(ok: list[Result], rows: list[_Row]) -> list[tuple[str, str]]:
     """The world card's key facts as (label, inline text): model, data, test set, sampling,
     censored share, noise floor, labels fingerprint, protocol and result count."""
     latest = _latest(ok)
-    gen = latest.get("generation") or {}
+    gen = latest.generation
     sampling = gen.get("sampling") or {}
-    dataset = latest.get("dataset") or {}
-    entries = [("Model", _cell(latest["model"]["name"])),
-               ("Dataset", _cell(dataset.get("name"))),
-               ("Test set", f"{dataset.get('n_test', DASH)} rows from "
-                            f"{dataset.get('n_test_prompts', DASH)} prompts")]
+    dataset = latest.dataset
+    n_test, n_prompts = dataset.n_test, dataset.n_test_prompts
+    entries = [("Model", _cell(latest.model.name)),
+               ("Dataset", _cell(dataset.name)),
+               ("Test set", f"{DASH if n_test is None else n_test} rows from "
+                            f"{DASH if n_prompts is None else n_prompts} prompts")]
     if counts := label_counts(gen):
         _, n_samples, generated, censored = counts
         entries.append(("Sampling", f"`{gen.get('backend') or 'hf'}`, temperature "
@@ -90,11 +92,10 @@ def card_entries(ok: list[dict[str, Any]], rows: list[_Row]) -> list[tuple[str, 
     if floors:
         cells = _row_cells(floors[0])
         entries.append(("Noise floor", f"{cells[1]} tokens, 95% CI {cells[2]}"))
-    prints = sorted({str((r.get("fingerprints") or {}).get("labels")) for r in ok
-                     if (r.get("fingerprints") or {}).get("labels")})
+    prints = sorted({str(r.labels_fingerprint) for r in ok if r.labels_fingerprint})
     entries.append(("Labels fingerprint", ", ".join(f"`{p}`" for p in prints) or "not recorded"))
-    versions = sorted({protocol_version(r) for r in ok})
+    versions = sorted({r.protocol_version for r in ok})
     entries.append(("Protocol", ", ".join(str(v) for v in versions)))
     entries.append(("Results", f"{len(ok)} file(s), "
-                               f"{len({r['predictor']['name'] for r in ok})} predictor(s)"))
+                               f"{len({r.predictor.name for r in ok})} predictor(s)"))
     return entries

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lenbench.results import PROTOCOL_VERSION, config_hash, protocol_version
+from lenbench.results import PROTOCOL_VERSION, Predictions, Result, config_hash
 from lenbench.results.checks import is_number
 
 DASH = "—"
@@ -47,6 +47,11 @@ LEGEND = (
 # aggregation
 
 
+def finite(values: Iterable[Any]) -> list[float]:
+    """The finite numbers among `values`, as floats: missing and null figures are skipped."""
+    return [float(v) for v in values if is_number(v) and math.isfinite(v)]
+
+
 @dataclass
 class _Row:
     """One table row: a predictor (or one decoding variant of it) aggregated over seeds."""
@@ -55,30 +60,29 @@ class _Row:
     kind: str
     variant: str | None
     params_key: str
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
     label: str = ""
     base_label: str = ""  # the predictor's name (plus params), without the variant
 
-    def static(self, r: dict[str, Any]) -> dict[str, Any] | None:
-        metrics = r.get("metrics") or {}
+    def static(self, r: Result) -> Mapping[str, Any] | None:
         if self.variant is None:
-            return metrics.get("static")
-        return (metrics.get("variants") or {}).get(self.variant)
+            return r.metrics.static
+        return r.metrics.variants.get(self.variant)
+
+    def dynamic(self, r: Result) -> Mapping[str, Any] | None:
+        return None if self.variant else r.metrics.dynamic
 
     def values(self, section: str, key: str) -> list[float]:
-        """The finite values of one metric across seeds; missing or null entries are skipped."""
-        out = []
-        for r in self.results:
-            if section == "static":
-                m = self.static(r)
-            elif section == "dynamic":
-                m = None if self.variant else (r.get("metrics") or {}).get("dynamic")
-            else:
-                m = r.get(section)
-            value = (m or {}).get(key)
-            if is_number(value) and math.isfinite(value):
-                out.append(float(value))
-        return out
+        """The finite values of one metric across seeds (`section`: "static", "dynamic" or
+        "timings"); missing or null entries are skipped."""
+        if section == "timings":
+            return finite(getattr(r.timings, key) for r in self.results)
+        read = self.static if section == "static" else self.dynamic
+        return finite((read(r) or {}).get(key) for r in self.results)
+
+    def scored_rows(self) -> list[Predictions | None]:
+        """Each result's scored rows, for paired comparisons."""
+        return [r.predictions for r in self.results]
 
     @property
     def sort_mae(self) -> float | None:
@@ -87,18 +91,13 @@ class _Row:
 
 
 
-def _report(r: dict[str, Any]) -> dict[str, Any]:
-    report = r.get("report")
-    return report if isinstance(report, dict) else {}
-
-
 def _row_label(row: _Row) -> str | None:
     """What the row shows after the name: the predictor's own description from
     ``report["row_labels"]`` ("predict" for the main row, else the variant's name), taken from
     the lowest seed that has one; else the variant's name; None for a plain main row."""
     key = "predict" if row.variant is None else row.variant
     for r in row.results:  # sorted by seed
-        text = (_report(r).get("row_labels") or {}).get(key)
+        text = (r.report.get("row_labels") or {}).get(key)
         if isinstance(text, str) and text.strip():
             return text
     return row.variant
@@ -108,30 +107,30 @@ def _mean(vals: Sequence[float]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def _params_key(r: dict[str, Any]) -> str:
-    return config_hash((r.get("predictor") or {}).get("params") or {})
+def _params_key(r: Result) -> str:
+    return config_hash(r.predictor.params)
 
 
-def _build_rows(ok: list[dict[str, Any]]) -> tuple[list[_Row], int]:
+def _build_rows(ok: list[Result]) -> tuple[list[_Row], int]:
     """Group ok results into rows; per row and seed keep the newest result (reruns supersede).
 
     Returns the rows and how many superseded results were ignored.
     """
     rows: dict[tuple[str, str, str | None, str], _Row] = {}
     for r in ok:
-        name, kind, pkey = r["predictor"]["name"], r["kind"], _params_key(r)
-        variants = sorted(((r.get("metrics") or {}).get("variants") or {}).keys())
+        name, kind, pkey = r.predictor.name, r.kind, _params_key(r)
+        variants = sorted(r.metrics.variants.keys())
         for variant in [None, *variants]:
             key = (name, kind, variant, pkey)
             rows.setdefault(key, _Row(name, kind, variant, pkey)).results.append(r)
 
     superseded = 0
     for row in rows.values():
-        newest: dict[int, dict[str, Any]] = {}
-        for r in sorted(row.results, key=lambda r: (r["created_at"], r["_source"])):
-            newest[r["seed"]] = r
+        newest: dict[int, Result] = {}
+        for r in sorted(row.results, key=lambda r: (r.created_at, r.source)):
+            newest[r.seed] = r
         if row.kind == "reference":  # one reference per world, whatever seeds wrote it
-            newest = {0: max(row.results, key=lambda r: (r["created_at"], r["_source"]))}
+            newest = {0: max(row.results, key=lambda r: (r.created_at, r.source))}
         if row.variant is None:
             superseded += len(row.results) - len(newest)
         row.results = [newest[s] for s in sorted(newest)]
@@ -198,22 +197,22 @@ def _cell(text: Any, limit: int = 200) -> str:
     return s.replace("|", "\\|")
 
 
-def non_causal(results: Iterable[dict[str, Any]]) -> bool:
+def non_causal(results: Iterable[Result]) -> bool:
     """True when the audit of what was scored (lenbench/scoring/audit.py) failed for one of
     `results`: a scored value moved when what the protocol hides from it changed."""
-    return any((r.get("causality") or {}).get("passed") is False for r in results)
+    return any(r.audit_failed for r in results)
 
 
-def earlier_protocol(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def earlier_protocol(results: Iterable[Result]) -> list[Result]:
     """The results among `results` scored under an earlier protocol than this lenbench's."""
-    return [r for r in results if protocol_version(r) < PROTOCOL_VERSION]
+    return [r for r in results if r.protocol_version < PROTOCOL_VERSION]
 
 
 def row_marks(row: _Row) -> list[str]:
     """The markers after a row's name (LEGEND): † reads the next token, (non-causal) failed the
     audit, ‡ scored under an earlier protocol."""
     marks = []
-    if any((r.get("predictor") or {}).get("reads_next_token") for r in row.results):
+    if any(r.predictor.reads_next_token for r in row.results):
         marks.append("†")
     if non_causal(row.results):
         marks.append("(non-causal)")
@@ -232,15 +231,15 @@ def _row_cells(row: _Row) -> list[str]:
     within = _mean(row.values("static", "within_25"))
     name = _cell(row.label)
     mae = _mean_std(row.values("static", "mae"))
-    bounds = ((row.results[0].get("metrics") or {}).get("noise_floor")
+    bounds = (row.results[0].metrics.noise_floor
               if row.kind == "reference" and row.results else None)
     if row.kind == "reference":
         name = f"*{name}* (ref)"
     for mark in row_marks(row):
         name += f" {mark}"
-    if row.kind == "reference" and not isinstance(bounds, dict):
+    if row.kind == "reference" and bounds is None:
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
-    if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
+    if bounds is not None and is_number(bounds.get("in_sample")):
         mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
         interval = bounds.get("interval")
         ci = DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]"

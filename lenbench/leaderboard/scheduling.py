@@ -11,6 +11,7 @@ from typing import Any
 
 from lenbench.leaderboard.blocks import LEFT, RIGHT, Block, Caption, Heading, Image, Table, Text
 from lenbench.leaderboard.rows import DASH, _cell, _num, _params_key, is_number
+from lenbench.results import Result
 
 
 def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
@@ -186,22 +187,22 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"baseline, ratio of seed means (the baseline row gives seconds).")
 
 
-def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
+def _scheduling_section(results: list[Result], out_dir: Path, stem: str,
                         written: set[Path], title: str) -> list[Block]:
     """Scheduling outcomes from the simulator: each predictor's score (the share of the
     oracle's latency gain over the same dispatcher with FCFS) with its interval and its
     short- and long-request changes, beside the baseline, oracle and constant rows."""
-    with_sched = sorted((r for r in results if isinstance(r.get("scheduling"), dict)
-                         and r.get("kind") == "predictor"),
-                        key=lambda r: (r["predictor"]["name"], r["seed"], r.get("_source", "")))
+    with_sched = sorted((r for r in results if r.scheduling is not None
+                         and r.kind == "predictor"),
+                        key=lambda r: (r.predictor.name, r.seed, r.source))
     if not with_sched:
         return []
-    newest: dict[tuple[str, str, Any], dict[str, Any]] = {}  # reruns supersede, as above
-    for r in sorted(with_sched, key=lambda r: (str(r.get("created_at")), r.get("_source", ""))):
-        newest[(r["predictor"]["name"], _params_key(r), r["seed"])] = r
+    newest: dict[tuple[str, str, Any], Result] = {}  # reruns supersede, as above
+    for r in sorted(with_sched, key=lambda r: (r.created_at, r.source)):
+        newest[(r.predictor.name, _params_key(r), r.seed)] = r
     keep = {id(r) for r in newest.values()}
     with_sched = [r for r in with_sched if id(r) in keep]
-    scored = [r for r in with_sched if _sched_scored(r["scheduling"])]
+    scored = [r for r in with_sched if _sched_scored(r.scheduling)]
     n_old = len(with_sched) - len(scored)
     old_note = (f"{n_old} predictor result(s) were simulated before this score existed (their "
                 "queues were keyed by predicted tokens, so their score depended on the "
@@ -211,15 +212,15 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
         return [Heading(3, "Scheduling"), Text(old_note)]
     # One table, one simulated setting (the most common, then the newest): records of another
     # sim config or other simulator seeds are counted, not pooled.
-    def setting(r: dict[str, Any]) -> str:
-        return repr((r["scheduling"].get("config"), r["scheduling"].get("seeds")))
+    def setting(r: Result) -> str:
+        return repr((r.scheduling.get("config"), r.scheduling.get("seeds")))
 
     counts: dict[str, int] = defaultdict(int)
     for r in scored:
         counts[setting(r)] += 1
-    main = max(scored, key=lambda r: (counts[setting(r)], str(r.get("created_at")),
-                                      r.get("_source", "")))
-    first = main["scheduling"]
+    main = max(scored, key=lambda r: (counts[setting(r)], r.created_at,
+                                      r.source))
+    first = main.scheduling
     other = {id(r) for r in scored if setting(r) != setting(main)}
     with_sched = [r for r in with_sched if id(r) not in other]
     scored = [r for r in scored if id(r) not in other]
@@ -228,12 +229,12 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     seeds = list(first.get("seeds") or [])
     by_name: dict[str, list[_SchedRun]] = defaultdict(list)
     for r in with_sched:
-        sched = r["scheduling"]
+        sched = r.scheduling
         entry = _predictor_row(sched)
         if entry is not None and not _sched_scored(sched):  # counted in the note, not pooled
             entry = {k: v for k, v in entry.items() if k != "per_seed"}
         if entry is not None:
-            by_name[r["predictor"]["name"]].append((entry, _sched_refs(sched),
+            by_name[r.predictor.name].append((entry, _sched_refs(sched),
                                                     list(sched.get("seeds") or [])))
     body = [_sched_cells(f"*{name}* (ref)", [(refs[name], refs, seeds)], metric)
             for name in _SCHED_REFS if name in refs]
@@ -260,7 +261,7 @@ def _scheduling_section(results: list[dict[str, Any]], out_dir: Path, stem: str,
     try:
         from lenbench.sim.plots import plot_score_vs_quality
 
-        plot_score_vs_quality([r["scheduling"] for r in scored], plot)
+        plot_score_vs_quality([r.scheduling for r in scored], plot)
         written.add(plot)
         lines.append(Image(f"Scheduling score vs Kendall tau, {title}", plot.name))
     except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
@@ -275,7 +276,7 @@ _CMP_HEADER = ["Predictor", "Policy", "Score [95% CI]", *(label for _, label in 
                "Preemptions / request", "Runs"]
 
 
-def _cmp_matrices(records: list[dict[str, Any]], row: str, key: str) -> Any:
+def _cmp_matrices(records: list[Result], row: str, key: str) -> Any:
     """(row, baseline, oracle) predictor seeds x simulator seeds of one figure, over the records
     that have the comparison row (each against its own baseline and oracle); None if none do
     or their seeds differ in number."""
@@ -283,8 +284,8 @@ def _cmp_matrices(records: list[dict[str, Any]], row: str, key: str) -> Any:
 
     mats: dict[str, list[list[float]]] = {"row": [], "baseline": [], "oracle": []}
     for r in records:
-        entry = ((r["scheduling"].get("comparison") or {}).get("rows") or {}).get(row)
-        refs = _sched_refs(r["scheduling"])
+        entry = ((r.scheduling.get("comparison") or {}).get("rows") or {}).get(row)
+        refs = _sched_refs(r.scheduling)
         if not entry or not {"baseline", "oracle"} <= set(refs):
             continue
         for name, seeds in (("row", entry["per_seed"].get(key)),
@@ -296,7 +297,7 @@ def _cmp_matrices(records: list[dict[str, Any]], row: str, key: str) -> Any:
     return tuple(np.array(mats[k]) for k in ("row", "baseline", "oracle"))
 
 
-def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str, Any] | None:
+def _cmp_score(records: list[Result], row: str, metric: str) -> dict[str, Any] | None:
     """A comparison row's score pooled over predictor seeds (records with that row), against
     each record's own baseline and oracle, as `_sched_pooled` pools the main score."""
     from lenbench.sim.score import score_interval
@@ -308,7 +309,7 @@ def _cmp_score(records: list[dict[str, Any]], row: str, metric: str) -> dict[str
     return score_interval(base - row_m, base - best, base.mean(axis=0))
 
 
-def _cmp_change(records: list[dict[str, Any]], row: str, key: str) -> str:
+def _cmp_change(records: list[Result], row: str, key: str) -> str:
     """A comparison row's change of `key` against the baseline, pooled like the main table's."""
     from lenbench.sim.metrics import ratio_interval
 
@@ -320,36 +321,36 @@ def _cmp_change(records: list[dict[str, Any]], row: str, key: str) -> str:
     return DASH if value is None else f"{100 * value:+.0f}%"
 
 
-def _cmp_preemptions(records: list[dict[str, Any]], row: str) -> str:
+def _cmp_preemptions(records: list[Result], row: str) -> str:
     """Mean preemptions per request of a preemptive row, over runs and simulator seeds."""
     if not row.endswith("preemptive"):
         return DASH
     vals = [float(x) for r in records
-            for x in ((((r["scheduling"].get("comparison") or {}).get("rows") or {})
+            for x in ((((r.scheduling.get("comparison") or {}).get("rows") or {})
                        .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
                       or []) if is_number(x)]
     return f"{statistics.fmean(vals):.2f}" if vals else DASH
 
 
-def _cmp_has(records: list[dict[str, Any]], row: str) -> bool:
-    return any(row in ((r["scheduling"].get("comparison") or {}).get("rows") or {})
+def _cmp_has(records: list[Result], row: str) -> bool:
+    return any(row in ((r.scheduling.get("comparison") or {}).get("rows") or {})
                for r in records)
 
 
-def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> list[Block]:
+def _comparison_lines(scored: list[Result], main: Result) -> list[Block]:
     """The "Scheduling comparison" table: one line per predictor and policy (static SJF,
     preemptive re-ranking on static and dynamic estimates, distributional ordering) with its
     score and its long-request mean and P99 changes, beside the oracle's SJF and SRPT-bound
     lines. Empty when no record carries a comparison."""
-    with_cmp = [r for r in scored if isinstance(r["scheduling"].get("comparison"), dict)]
+    with_cmp = [r for r in scored if isinstance(r.scheduling.get("comparison"), dict)]
     if not with_cmp:
         return []
-    metric = str(main["scheduling"].get("score_metric"))
-    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    metric = str(main.scheduling.get("score_metric"))
+    by_name: dict[str, list[Result]] = defaultdict(list)
     for r in with_cmp:
-        by_name[r["predictor"]["name"]].append(r)
+        by_name[r.predictor.name].append(r)
     ref = next((r for r in with_cmp if r is main), with_cmp[0])  # one draw: the oracle rows
-    head = _sched_refs(ref["scheduling"]).get("oracle") or {}
+    head = _sched_refs(ref.scheduling).get("oracle") or {}
     ci = head.get("score_ci95") or [None, None]
     body = [["*oracle* (ref)", "Static SJF",
              _sched_score_text({"value": head.get("score"), "ci95_low": ci[0],
@@ -369,7 +370,7 @@ def _comparison_lines(scored: list[dict[str, Any]], main: dict[str, Any]) -> lis
                          _sched_score_text(_cmp_score(records, row, metric)),
                          *(_cmp_change(records, row, key) for key, _ in _CMP_CHANGES),
                          _cmp_preemptions(records, row), str(n_runs)])
-    cmp = ref["scheduling"]["comparison"]
+    cmp = ref.scheduling["comparison"]
     caption = (
         f"Scores as above (same draws, baseline and oracle; {metric}), per policy: Static SJF "
         f"is the predictor's score above; Static preemptive re-ranks by the static prediction "

@@ -38,6 +38,7 @@ from lenbench.leaderboard.rows import (
     _row_cells,
     row_marks,
 )
+from lenbench.results import Result
 
 PAGE_PREFIX = "world-"
 KINDS = ("static", "dynamic", "distributional", "reference")
@@ -52,7 +53,7 @@ class World:
     stem: str  # file stem its plots share
     blocks: list[Block]
     rows: list[_Row]
-    results: list[dict[str, Any]]  # its successful results
+    results: list[Result]  # its successful results
     too_few: int | None  # its test prompts, when too few to rank predictors on
 
     @property
@@ -67,8 +68,7 @@ def row_kinds(row: _Row) -> list[str]:
     kinds = ["static"] if row.values("static", "mae") else []
     if row.values("dynamic", "mae"):
         kinds.append("dynamic")
-    if row.variant is None and any((r.get("metrics") or {}).get("distribution")
-                                   for r in row.results):
+    if row.variant is None and any(r.metrics.distribution for r in row.results):
         kinds.append("distributional")
     return kinds or ["static"]
 
@@ -199,12 +199,11 @@ def _captions(blocks: list[Block]) -> tuple[list[tuple[str, str, str]], dict[int
 
 def _result_links(world: World, out: Path, results_dir: Path) -> str:
     items = []
-    for r in sorted(world.results, key=lambda r: (r["predictor"]["name"], r["seed"],
-                                                  r["_source"])):
-        target = os.path.relpath(results_dir.resolve() / r["_source"], out.resolve())
+    for r in sorted(world.results, key=lambda r: (r.predictor.name, r.seed, r.source)):
+        target = os.path.relpath(results_dir.resolve() / r.source, out.resolve())
         href = quote(Path(target).as_posix())
-        items.append(f'<li><a href="{esc(href)}">{esc(r["predictor"]["name"])}, seed '
-                     f'{esc(r["seed"])}</a> <code>{esc(r["_source"])}</code></li>')
+        items.append(f'<li><a href="{esc(href)}">{esc(r.predictor.name)}, seed '
+                     f'{esc(r.seed)}</a> <code>{esc(r.source)}</code></li>')
     return ('<h2 id="files">Result files</h2><p>The JSON each figure above comes from.</p>'
             f'<ul class="files">{"".join(items)}</ul>')
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from lenbench.results import load_results, protocol_version
+from lenbench.results import Result, load_results
 
 COLUMNS = ["dataset", "model", "predictor", "variant", "seed", "kind", "status",
            "protocol_version", "metric", "value"]
@@ -44,11 +44,11 @@ def _scalars(prefix: str, block: Mapping[str, Any] | None) -> Iterable[tuple[str
                     yield f"{prefix}.{key}_{side}", number
 
 
-def _scheduling_score(result: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
+def _scheduling_score(result: Result) -> Iterable[tuple[str, float]]:
     """The predictor's scheduling score on the run's score metric, with its 95% interval (the
     share of the oracle's gain over FCFS, one run's simulator seeds)."""
-    sched = result.get("scheduling") or {}
-    own = (sched.get("rows") or {}).get((result.get("predictor") or {}).get("name")) or {}
+    sched = result.scheduling or {}
+    own = (sched.get("rows") or {}).get(result.predictor.name) or {}
     score = (own.get("score") or {}).get(sched.get("score_metric")) if isinstance(own, Mapping) \
         else None
     if isinstance(score, Mapping):
@@ -58,26 +58,24 @@ def _scheduling_score(result: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
                 yield f"scheduling.{name}", number
 
 
-def result_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+def result_rows(result: Result) -> list[dict[str, Any]]:
     """The tidy rows of one result (a failed run gives none: it has no figures)."""
-    ident = {"dataset": (result.get("dataset") or {}).get("name"),
-             "model": (result.get("model") or {}).get("name"),
-             "predictor": (result.get("predictor") or {}).get("name"),
-             "seed": result.get("seed"), "kind": result.get("kind"),
-             "status": result.get("status"), "protocol_version": protocol_version(result)}
-    metrics = result.get("metrics") or {}
+    ident = {"dataset": result.dataset.name, "model": result.model.name,
+             "predictor": result.predictor.name, "seed": result.seed, "kind": result.kind,
+             "status": result.status, "protocol_version": result.protocol_version}
+    metrics = result.metrics
     figures: list[tuple[str, str, float]] = []
-    for part in ("static", "dynamic"):
-        figures += [("", m, v) for m, v in _scalars(part, metrics.get(part))]
-    for variant, block in sorted((metrics.get("variants") or {}).items()):
+    for part, block in (("static", metrics.static), ("dynamic", metrics.dynamic)):
+        figures += [("", m, v) for m, v in _scalars(part, block)]
+    for variant, block in sorted(metrics.variants.items()):
         figures += [(variant, m, v) for m, v in _scalars("static", block)]
-    figures += [("", m, v) for m, v in _scalars("timings", result.get("timings"))]
+    figures += [("", m, v) for m, v in _scalars("timings", dict(result.timings.items()))]
     figures += [("", m, v) for m, v in _scheduling_score(result)]
     return [{**ident, "variant": variant, "metric": metric, "value": value}
             for variant, metric, value in figures]
 
 
-def results_table(results: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+def results_table(results: Iterable[Result]) -> pd.DataFrame:
     """Loaded results (e.g. `lenbench.results.load_results(folder)[0]`) as one tidy table."""
     rows = [row for result in results for row in result_rows(result)]
     table = pd.DataFrame(rows, columns=COLUMNS)

@@ -9,10 +9,22 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Table, Text
-from lenbench.leaderboard.rows import DASH, _build_rows, _cell, _mean, _mean_std, _num, _Row
+from lenbench.leaderboard.rows import (
+    DASH,
+    _build_rows,
+    _cell,
+    _mean,
+    _mean_std,
+    _num,
+    _Row,
+    finite,
+)
+from lenbench.results import Metrics, Result, Transfer
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import choose_reference, paired_cell
 
@@ -27,54 +39,55 @@ TRANSFER_LEGEND = (
 )
 
 
-def _fingerprint(block: dict[str, Any]) -> str:
+def _fingerprint(block: Mapping[str, Any]) -> str:
     return str((block.get("fingerprints") or {}).get("labels") or "")
 
 
-def _as_result(r: dict[str, Any]) -> dict[str, Any]:
-    """A result whose metrics and predictions are its transfer scores, keeping its in-world MAE
-    under `in_world`, so the main table's row code aggregates it."""
-    t = r["transfer"]
-    own = r.get("metrics") or {}
-    return {**r, "metrics": {**(t.get("metrics") or {}), "variants": {}},
-            "predictions": t.get("predictions"),
-            "in_world": {"mae": (own.get("static") or {}).get("mae"),
-                         "dynamic_mae": (own.get("dynamic") or {}).get("mae"),
-                         "noise_floor": own.get("noise_floor")}}
+def _as_result(r: Result, t: Transfer) -> Result:
+    """A result whose metrics and predictions are its transfer scores `t`, so the main table's
+    row code aggregates it."""
+    return replace(r, metrics=replace(t.metrics or Metrics(), variants={}),
+                   predictions=t.predictions)
 
 
 def _mae_cells(row: _Row) -> tuple[str, str]:
     """(MAE, 95% CI) of a row; a noise floor shows its bounds and their joined interval."""
-    bounds = (row.results[0].get("metrics") or {}).get("noise_floor") \
-        if row.kind == "reference" else None
-    if isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
+    bounds = row.results[0].metrics.noise_floor if row.kind == "reference" else None
+    if bounds is not None and is_number(bounds.get("in_sample")):
         interval = bounds.get("interval")
         return (f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}",
                 DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]")
     cis = [c for r in row.results
-           if isinstance(c := ((r.get("metrics") or {}).get("static") or {}).get("mae_ci"), list)
-           and len(c) == 2]
+           if isinstance(c := (r.metrics.static or {}).get("mae_ci"), list) and len(c) == 2]
     ci = DASH if not cis else (f"[{statistics.fmean(c[0] for c in cis):.1f}, "
                                f"{statistics.fmean(c[1] for c in cis):.1f}]")
     return _mean_std(row.values("static", "mae")), ci
 
 
-def _in_world(row: _Row) -> str:
+def _in_world_values(row: _Row, home: dict[int, Result], part: str) -> list[float]:
+    """The MAE (`part`: "static" or "dynamic") the row's results scored in their own world."""
+    metrics = [home[id(r)].metrics for r in row.results]
+    return finite(((m.static if part == "static" else m.dynamic) or {}).get("mae")
+                  for m in metrics)
+
+
+def _in_world(row: _Row, home: dict[int, Result]) -> str:
     """The same results' in-world MAE; a noise floor's in-world bounds."""
-    bounds = (row.results[0].get("in_world") or {}).get("noise_floor")
-    if row.kind == "reference" and isinstance(bounds, dict) and is_number(bounds.get("in_sample")):
+    bounds = home[id(row.results[0])].metrics.noise_floor
+    if row.kind == "reference" and bounds is not None and is_number(bounds.get("in_sample")):
         return f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
-    return _mean_std(row.values("in_world", "mae"))
+    return _mean_std(_in_world_values(row, home, "static"))
 
 
-def _change(row: _Row) -> str:
-    away, home = _mean(row.values("static", "mae")), _mean(row.values("in_world", "mae"))
-    if row.kind == "reference" or away is None or home is None:
+def _change(row: _Row, home: dict[int, Result]) -> str:
+    away = _mean(row.values("static", "mae"))
+    own = _mean(_in_world_values(row, home, "static"))
+    if row.kind == "reference" or away is None or own is None:
         return DASH
-    return f"{away - home:+.1f}"
+    return f"{away - own:+.1f}"
 
 
-def _set_line(side: str, block: dict[str, Any]) -> str:
+def _set_line(side: str, block: Mapping[str, Any]) -> str:
     keys = block.get("keys") or {}
     fp = _fingerprint(block)
     return (f"{side} **{_cell(block.get('name'))}**: promptset `{keys.get('promptset')}`, "
@@ -82,10 +95,11 @@ def _set_line(side: str, block: dict[str, Any]) -> str:
             + f", {block.get('n_rows')} rows from {block.get('n_prompts')} prompts")
 
 
-def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int
+def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_prompts: int
                  ) -> list[Block]:
-    newest = max(results, key=lambda r: (r["created_at"], r["_source"]))["transfer"]
-    home, away = newest["trained_on"], newest["scored_on"]
+    """The table of one transfer set: its results, each with its transfer scores."""
+    _, newest = max(results, key=lambda rt: (rt[0].created_at, rt[0].source))
+    home, away = newest.trained_on, newest.scored_on
     lines = [Heading(3, f"Transfer: trained on {_cell(home['name'])}, scored on "
                         f"{_cell(away['name'])}"),
              Text(f"Fitted on {_cell(home['name'])}'s train split ({home.get('n_train')} "
@@ -100,9 +114,10 @@ def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int
         lines.append(Text(f"**Too few transfer prompts to rank predictors** "
                           f"({away['n_scored_prompts']} < {min_prompts}): differences here are "
                           "anecdotes, not rankings."))
-    scored = [r for r in results if (r["transfer"].get("metrics") or {}).get("static")]
-    failed = [r for r in results if r["transfer"].get("error")]
-    rows, _ = _build_rows([_as_result(r) for r in scored])
+    pairs = [(r, t) for r, t in results if t.metrics and t.metrics.static]
+    scored = [_as_result(r, t) for r, t in pairs]
+    in_world = {id(away): r for away, (r, _) in zip(scored, pairs)}  # for the in-world scores
+    rows, _ = _build_rows(scored)
     names = sorted({r.name for r in rows if r.kind == "predictor"})
     ref_name = choose_reference(names, reference)
     ref = next((r for r in rows if r.name == ref_name and r.kind == "predictor"), None)
@@ -111,35 +126,35 @@ def _table_lines(results: list[dict[str, Any]], reference: str, min_prompts: int
         mae, ci = _mae_cells(row)
         delta = DASH
         if ref is not None and row.kind == "predictor":
-            delta = "(reference)" if row is ref else paired_cell(row.results, ref.results)
+            delta = "(reference)" if row is ref else paired_cell(row.scored_rows(),
+                                                                  ref.scored_rows())
         name = _cell(row.base_label) + (" (ref)" if row.kind == "reference" else "")
         body.append([f"*{name}*" if row.kind == "reference" else name, mae, ci, delta,
-                     _in_world(row), _change(row),
+                     _in_world(row, in_world), _change(row, in_world),
                      _num(_mean(row.values("static", "kendall_tau")), 3),
                      _mean_std(row.values("dynamic", "mae")),
-                     _mean_std(row.values("in_world", "dynamic_mae")), str(len(row.results))])
+                     _mean_std(_in_world_values(row, in_world, "dynamic")),
+                     str(len(row.results))])
     header = ["Predictor", "Transfer MAE", "95% CI", f"Δ vs {ref_name or 'reference'}",
               "In-world MAE", "Change", "Kendall τ", "Dynamic MAE", "In-world dynamic MAE",
               "Seeds"]
     lines += [Table(header, body, caption="transfer"),
               Caption("transfer", TRANSFER_LEGEND.replace("REF", ref_name or "the reference"))]
-    if failed:
+    errors = sorted(((r, t.error) for r, t in results if t.error),
+                    key=lambda re: (re[0].predictor.name, re[0].seed))
+    if errors:
         lines += [Text("Failed on the transfer set (their in-world scores stand): " + "; ".join(
-            f"{_cell(r['predictor']['name'])} (seed {r['seed']}): "
-            f"{_cell(r['transfer']['error'].get('type'))}: "
-            f"{_cell((str(r['transfer']['error'].get('message', '')).splitlines() or [''])[0])}"
-            for r in sorted(failed, key=lambda r: (r["predictor"]["name"], r["seed"]))) + ".")]
+            f"{_cell(r.predictor.name)} (seed {r.seed}): {_cell(error.type)}: "
+            f"{_cell((error.message.splitlines() or [''])[0])}" for r, error in errors) + ".")]
     return lines
 
 
-def _transfer_section(ok: list[dict[str, Any]], reference: str, min_prompts: int
-                      ) -> list[Block]:
+def _transfer_section(ok: list[Result], reference: str, min_prompts: int) -> list[Block]:
     """One table per transfer set scored from this world's results (none: no lines)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[Result, Transfer]]] = defaultdict(list)
     for r in ok:
-        t = r.get("transfer")
-        if isinstance(t, dict) and isinstance(t.get("scored_on"), dict):
-            groups[(str(t["scored_on"].get("name")), _fingerprint(t["scored_on"]))].append(r)
+        if (t := r.transfer) is not None:
+            groups[(str(t.scored_on.get("name")), _fingerprint(t.scored_on))].append((r, t))
     lines: list[Block] = []
     for key in sorted(groups):
         lines += _table_lines(groups[key], reference, min_prompts)

@@ -9,9 +9,9 @@ contract between a run and everything that reads it later. Shape of a result::
     status          "ok" | "failed"
     error           null | {type, message, traceback}
     kind            "predictor" | "reference"
-    dataset         {name, key, n_train, n_val, n_test, n_test_prompts}
-    model           {name, key}
-    predictor       {name, target, params, dynamic}
+    dataset         {name, key, n_train, n_val, n_test, n_test_prompts, mean_L}
+    model           {name, key, source: optional (where converted weights came from)}
+    predictor       {name, target, params, dynamic, reads_next_token: optional}
     seed            int
     config_hash     str  (config_hash() of the resolved config, seed included)
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
@@ -27,61 +27,66 @@ contract between a run and everything that reads it later. Shape of a result::
                     prompt_id and censored absent in files written before they existed)
     fingerprints    {labels, features}  content hashes of the data scored
                     (lenbench.scoring.fingerprints; absent in files written before they existed)
+    causality       {passed, ...}  optional: the audit of what was scored
+                    (lenbench.scoring.audit; absent in files written before it existed)
     scheduling      {...}                            optional, free-form
     transfer        optional (lenbench.transfer): {trained_on, scored_on: {name, key, keys,
                     fingerprints, ...}, metrics: {static, dynamic} | null, predictions, error}
                     the fitted predictor scored on a second prompt set (null on a reference
                     whose transfer set has no prompt with two exact samples)
+    generation      how the labels were made (the generate stage's card)
+    stage_keys      the cache key of each stage the run read
     config          resolved config dict
     environment     environment_info()
     git             git_info()
     created_at      ISO 8601 UTC
 
 A failed run carries the identity fields, ``error`` and whatever else it has; ``metrics`` may be
-null. ``validate_result`` enforces this so that a broken file is reported with its path and the
-field to fix instead of breaking the leaderboard.
+null. ``validate_result`` (validation.py) enforces this so that a broken file is reported with its
+path and the field to fix instead of breaking the leaderboard.
+
+Results are written as plain mappings (`write_result`) and read back as a typed `Result`
+(model.py) through one loader (loading.py: `load_results`, `load_result`), which upgrades files of
+older layouts in one place (upgrade.py), so no reader guesses which fields a file has.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lenbench.results.checks import REGENERATE, ResultError, check_type, fail, get_field, is_number
-from lenbench.results.distribution_checks import check_distribution_fields
+from lenbench.results.checks import ResultError
+from lenbench.results.loading import load_result, load_results, read_result
+from lenbench.results.model import (
+    DatasetInfo,
+    DistributionScores,
+    ErrorInfo,
+    Fingerprints,
+    Metrics,
+    ModelInfo,
+    Predictions,
+    PredictorInfo,
+    Result,
+    Timings,
+    Transfer,
+)
+from lenbench.results.provenance import environment_info, git_info, utc_now
+from lenbench.results.validation import validate_result
+from lenbench.results.versions import PROTOCOL_CHANGES, PROTOCOL_VERSION, SCHEMA_VERSION
 from lenbench.stages import atomic_write_bytes
 
-__all__ = ["PROTOCOL_VERSION", "SCHEMA_VERSION", "ResultError", "config_hash",
-           "environment_info", "git_info", "json_safe", "load_results", "protocol_version",
-           "result_path", "utc_now", "validate_result", "write_result"]
-
-SCHEMA_VERSION = 1  # the file layout; bump only when a reader can no longer load old files
-# The scoring rules the figures were computed under; a result without the field is protocol 1.
-# Version 2: the scheduling score ranks SJF keys by rank quantiles (scale-free); censored rows are
-# scored by every distribution score and by the noise floor; the audit of what was scored
-# re-predicts the full scored split with fresh copies of the fitted predictor.
-PROTOCOL_VERSION = 2
-PROTOCOL_CHANGES = {2: "the scale-free scheduling score, censored rows in every distribution "
-                       "score and in the noise floor, and the full-split audit"}
-
-
-def protocol_version(result: Mapping[str, Any]) -> int:
-    """The scoring protocol a result was computed under (1 when the file predates the field)."""
-    version = result.get("protocol_version")
-    return int(version) if is_number(version) else 1
-
-STATUSES = ("ok", "failed")
-KINDS = ("predictor", "reference")
+__all__ = ["PROTOCOL_CHANGES", "PROTOCOL_VERSION", "SCHEMA_VERSION", "DatasetInfo",
+           "DistributionScores", "ErrorInfo", "Fingerprints", "Metrics", "ModelInfo",
+           "PredictorInfo", "Predictions", "Result", "ResultError", "Timings", "Transfer",
+           "config_hash", "environment_info", "git_info", "json_safe", "load_result",
+           "load_results", "read_result", "result_path", "safe_name", "utc_now",
+           "validate_result", "write_result"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,228 +175,3 @@ def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Pat
     text = json.dumps(_sanitise_floats(result), indent=1, sort_keys=True, allow_nan=False,
                       default=_json_default) + "\n"
     return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-# ---------------------------------------------------------------------------------------------
-# validation
-
-def _check_static(m: Any, field: str, source: str) -> None:
-    check_type(m, field, source, "object")
-    check_type(get_field(m, "n", source, field), f"{field}.n", source, "int")
-    check_type(get_field(m, "mae", source, field), f"{field}.mae", source, "number")
-    ci = get_field(m, "mae_ci", source, field)
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(is_number, ci))):
-        raise fail(source, f"{field}.mae_ci", f"should be [low, high] or null, got {ci!r}")
-    for key in ("kendall_tau", "spearman", "within_25", "rmse"):
-        if key in m:
-            check_type(m[key], f"{field}.{key}", source, "number", nullable=True)
-
-
-def _check_dynamic(m: Any, field: str, source: str) -> None:
-    check_type(m, field, source, "object")
-    check_type(get_field(m, "mae", source, field), f"{field}.mae", source, "number")
-    bins = get_field(m, "mae_by_progress", source, field)
-    check_type(bins, f"{field}.mae_by_progress", source, "list")
-    if not all(b is None or is_number(b) for b in bins):
-        raise fail(source, f"{field}.mae_by_progress", "should hold numbers or nulls")
-
-
-def _check_transfer(t: Any, source: str) -> None:
-    """The transfer block names both prompt sets and holds scores or the error that stopped
-    them."""
-    check_type(t, "transfer", source, "object")
-    for side in ("trained_on", "scored_on"):
-        check_type(get_field(t, f"{side}.name", source, "transfer"), f"transfer.{side}.name",
-                   source, "str")
-    metrics = t.get("metrics")
-    if metrics is None:
-        check_type(get_field(t, "error", source, "transfer"), "transfer.error", source, "object")
-        return
-    check_type(metrics, "transfer.metrics", source, "object")
-    _check_static(get_field(metrics, "static", source, "transfer.metrics"),
-                  "transfer.metrics.static", source)
-    if metrics.get("dynamic") is not None:
-        _check_dynamic(metrics["dynamic"], "transfer.metrics.dynamic", source)
-
-
-def validate_result(d: Any, source: str = "<result>") -> dict[str, Any]:
-    """Check a loaded result against the schema and return it; raise ResultError naming the field.
-
-    Checks what the leaderboard relies on, strictly, and leaves the rest free so that predictors and
-    the simulator can add fields without a schema bump.
-    """
-    if not isinstance(d, dict):
-        raise ResultError(f"{source}: a result must be a JSON object, got {type(d).__name__}; "
-                          f"fix: {REGENERATE}")
-    version = get_field(d, "schema_version", source)
-    if version != SCHEMA_VERSION:
-        fix = ("upgrade lenbench to read it" if is_number(version) and version > SCHEMA_VERSION
-               else REGENERATE)
-        raise fail(source, "schema_version", f"is {version!r}, this lenbench reads "
-                    f"{SCHEMA_VERSION}", fix)
-    if "protocol_version" in d:  # optional: files written before it existed are protocol 1
-        check_type(d["protocol_version"], "protocol_version", source, "int")
-        if d["protocol_version"] < 1:
-            raise fail(source, "protocol_version", f"is {d['protocol_version']!r}, expected 1 or "
-                       "more")
-    status = get_field(d, "status", source)
-    if status not in STATUSES:
-        raise fail(source, "status", f"is {status!r}, expected one of {list(STATUSES)}")
-    kind = get_field(d, "kind", source)
-    if kind not in KINDS:
-        raise fail(source, "kind", f"is {kind!r}, expected one of {list(KINDS)}")
-    for field in ("dataset.name", "model.name", "predictor.name", "config_hash", "created_at"):
-        check_type(get_field(d, field, source), field, source, "str")
-    check_type(get_field(d, "seed", source), "seed", source, "int")
-    for field in ("config", "environment", "git"):
-        check_type(get_field(d, field, source), field, source, "object")
-
-    if status == "failed":
-        err = get_field(d, "error", source)
-        check_type(err, "error", source, "object")
-        check_type(get_field(err, "type", source, "error"), "error.type", source, "str")
-        check_type(get_field(err, "message", source, "error"), "error.message", source, "text")
-        return d
-
-    check_type(get_field(d, "predictor.dynamic", source), "predictor.dynamic", source, "bool")
-    check_type(get_field(d, "timings", source), "timings", source, "object")
-    metrics = get_field(d, "metrics", source)
-    check_type(metrics, "metrics", source, "object")
-    static = get_field(metrics, "static", source, "metrics")
-    dynamic = metrics.get("dynamic")
-    if static is None and dynamic is None:
-        raise fail(source, "metrics", "has neither static nor dynamic metrics for an ok run",
-                    "record the metrics, or set status to 'failed' with an error")
-    if static is not None:
-        _check_static(static, "metrics.static", source)
-    if dynamic is not None:
-        _check_dynamic(dynamic, "metrics.dynamic", source)
-    variants = metrics.get("variants") or {}
-    check_type(variants, "metrics.variants", source, "object")
-    for name, vm in variants.items():
-        _check_static(vm, f"metrics.variants.{name}", source)
-    preds = d.get("predictions")
-    if preds is not None:
-        check_type(preds, "predictions", source, "object")
-        true = get_field(preds, "true", source, "predictions")
-        pred = get_field(preds, "pred", source, "predictions")
-        check_type(true, "predictions.true", source, "list")
-        check_type(pred, "predictions.pred", source, "list")
-        if len(true) != len(pred):
-            raise fail(source, "predictions", f"has {len(true)} true values but {len(pred)} "
-                        "predictions")
-    check_distribution_fields(d, source)  # metrics.distribution, predictions.quantiles
-    if d.get("scheduling") is not None:
-        check_type(d["scheduling"], "scheduling", source, "object")
-    if d.get("transfer") is not None:
-        _check_transfer(d["transfer"], source)
-    if d.get("report") is not None:
-        check_type(d["report"], "report", source, "object")
-    return d
-
-
-# ---------------------------------------------------------------------------------------------
-# loading
-
-
-def load_results(results_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """All valid results under ``results_dir`` and one problem line per file that is not.
-
-    A broken file must be visible (the leaderboard lists it) but must not hide the other results.
-    Files are read in sorted path order so that everything downstream is deterministic. Each loaded
-    result gets ``_source``: its path relative to ``results_dir`` (not part of the schema).
-    """
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"results folder '{root}' does not exist; run `lenbench` first or "
-                                "point to the folder that holds the result JSON files")
-    results: list[dict[str, Any]] = []
-    problems: list[str] = []
-    for path in sorted(root.rglob("*.json")):
-        rel = path.relative_to(root).as_posix()
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue  # hidden files and temp files of an interrupted write
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            problems.append(f"{rel}: not readable JSON ({exc}); fix: {REGENERATE}")
-            continue
-        try:
-            validate_result(data, source=rel)
-        except ResultError as exc:
-            problems.append(str(exc))
-            continue
-        data["_source"] = rel
-        results.append(data)
-    return results, problems
-
-
-# ---------------------------------------------------------------------------------------------
-# provenance
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def environment_info(device: str | None = None) -> dict[str, Any]:
-    """Versions and hardware a number was measured on; timings mean nothing without them.
-
-    ``device`` overrides detection (pass the device the run actually used); otherwise "cuda:NAME"
-    when torch sees a GPU, else "cpu". torch is only imported if it is already installed.
-    """
-    import numpy
-
-    torch_version = _version("torch")
-    if device is None:
-        device = "cpu"
-        if torch_version is not None:
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    device = f"cuda:{torch.cuda.get_device_name(0)}"
-            except (ImportError, OSError, RuntimeError):  # a broken torch must not lose a result
-                device = "cpu"
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "torch": torch_version,
-        "transformers": _version("transformers"),
-        "numpy": numpy.__version__,
-        "device": device,
-        "cpu_count": os.cpu_count(),
-    }
-
-
-def _git(path: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
-                             timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
-
-
-def git_info(path: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """The code revision a result came from, and whether uncommitted edits could have changed it.
-
-    Both values are None outside a git work tree (e.g. an installed wheel) or without a commit yet.
-    """
-    p = Path(path)
-    rev = _git(p, "rev-parse", "HEAD")
-    status = _git(p, "status", "--porcelain")
-    return {
-        "revision": rev.strip() if rev else None,
-        "dirty": None if status is None else bool(status.strip()),
-    }
-
-
-def utc_now() -> str:
-    """``created_at`` stamp: ISO 8601 in UTC with a ``Z``, second precision."""
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

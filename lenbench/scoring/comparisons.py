@@ -13,7 +13,7 @@ label fingerprint, and these functions also check that the rows' prompt ids and 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,41 +24,57 @@ FALLBACK_REFERENCE = "constant"  # used when the reference predictor is not in a
 DASH = "—"
 
 
-def row_errors(results: Sequence[dict[str, Any]], kind: str = "static"
+class ScoredRows(Protocol):
+    """What a pairing reads of one run's scored rows (a result's `predictions`): None where the
+    file predates a column or the predictor has no such reading."""
+
+    @property
+    def true(self) -> Sequence[Any]: ...
+    @property
+    def pred(self) -> Sequence[Any]: ...
+    @property
+    def prompt_id(self) -> Sequence[Any] | None: ...
+    @property
+    def censored(self) -> Sequence[Any] | None: ...
+    @property
+    def dynamic_error(self) -> Sequence[Any] | None: ...
+
+
+def row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(mean error over seeds per test row, prompt ids, true lengths), or None when the results
+    """(mean error over seeds per test row, prompt ids, true lengths), or None when the runs
     do not record row identities (written before they did) or disagree on the rows.
 
     `kind` "static": |L̂ - L| (right-censored rows scored as in the metrics); "dynamic": the
     request's mean remaining-length error (NaN where a request has no scored step).
     """
     errors, ids, true = [], None, None
-    for r in results:
-        p = r.get("predictions") or {}
-        if "prompt_id" not in p or (kind == "dynamic" and "dynamic_error" not in p):
+    for p in runs:
+        if p is None or p.prompt_id is None or (kind == "dynamic" and p.dynamic_error is None):
             return None
-        t = np.asarray(p["true"], dtype=np.float64)
+        t = np.asarray(p.true, dtype=np.float64)
         if ids is None:
-            ids, true = list(p["prompt_id"]), t
-        elif list(p["prompt_id"]) != ids or not np.array_equal(t, true):
+            ids, true = list(p.prompt_id), t
+        elif list(p.prompt_id) != ids or not np.array_equal(t, true):
             return None
         if kind == "static":
-            cens = np.asarray(p.get("censored") or np.zeros(t.size), dtype=bool)
-            errors.append(np.abs(censored_error(np.asarray(p["pred"], dtype=np.float64), t,
+            cens = np.asarray(p.censored or np.zeros(t.size), dtype=bool)
+            errors.append(np.abs(censored_error(np.asarray(p.pred, dtype=np.float64), t,
                                                 cens)))
         else:
-            errors.append(np.array([np.nan if e is None else e for e in p["dynamic_error"]],
+            errors.append(np.array([np.nan if e is None else e for e in p.dynamic_error],
                                    dtype=np.float64))
     if ids is None:
         return None
     return np.mean(errors, axis=0), np.asarray(ids), true
 
 
-def paired_cell(results: Sequence[dict[str, Any]], reference: Sequence[dict[str, Any]],
+def paired_cell(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
                 kind: str = "static", n_boot: int = 1000, ci: float = 0.95) -> str:
-    """"+1.3 [0.4, 2.2]" (this predictor's error minus the reference's, bold when the interval
-    excludes zero), or a dash when the two cannot be paired."""
-    mine, ref = row_errors(results, kind), row_errors(reference, kind)
+    """"+1.3 [0.4, 2.2]" (this predictor's error, over its runs' scored rows, minus the
+    reference's, bold when the interval excludes zero), or a dash when the two cannot be
+    paired."""
+    mine, ref = row_errors(runs, kind), row_errors(reference, kind)
     if mine is None or ref is None or len(mine[1]) != len(ref[1]) or \
             not np.array_equal(mine[1], ref[1]) or not np.array_equal(mine[2], ref[2]):
         return DASH

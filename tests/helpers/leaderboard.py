@@ -16,9 +16,8 @@ def synthetic_result(res: Path, name: str, seed: int, report: dict | None = None
     """A copy of the golden mlp_probe result renamed to `name`, with `report` and dynamic extras,
     scored under `protocol_version` (None: a file written before the field existed)."""
     base = next(r for r in load_results(GOLDEN)[0]
-                if r["predictor"]["name"] == "mlp_probe" and r["seed"] == 0)
-    r = json.loads(json.dumps(base))
-    del r["_source"]
+                if r.predictor.name == "mlp_probe" and r.seed == 0)
+    r = json.loads((GOLDEN / base.source).read_text(encoding="utf-8"))  # the file, to edit
     r["predictor"]["name"], r["seed"] = name, seed
     r.pop("protocol_version", None)
     if protocol_version is not None:
