@@ -12,7 +12,7 @@ from lenbench import Predictor
 from lenbench.evaluate import evaluate_predictor, noise_floor_result, save
 from lenbench.leaderboard import build_leaderboard
 from lenbench.leaderboard.distributions import distribution_rows
-from lenbench.leaderboard.rows import _build_rows
+from lenbench.leaderboard.rows import build_rows
 from lenbench.results import load_results
 
 
@@ -40,7 +40,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory):
 
 def test_rows_pool_seeds_and_pair_with_the_siblings(folder) -> None:
     res, written = folder
-    rows, _ = _build_rows(load_results(res)[0])
+    rows, _ = build_rows(load_results(res)[0])
     data = distribution_rows(rows)
     assert [(d.label, d.reference) for d in data] == [("tq", False), ("siblings", True)]
     tq, sib = data
@@ -74,7 +74,7 @@ def test_section_and_plot_in_the_document(folder, tmp_path) -> None:
 def test_no_section_without_distributional_results(tmp_path) -> None:
     res = tmp_path / "results"
     save(evaluate_predictor(Median(), "median", {"name": "median"}, make_world(2), CFG, 0), res)
-    rows, _ = _build_rows(load_results(res)[0])
+    rows, _ = build_rows(load_results(res)[0])
     assert distribution_rows(rows) == []
     board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
     assert "### Distributions" not in board and not list((tmp_path / "board").glob("*-pit.png"))
@@ -95,7 +95,7 @@ def test_censored_rows_are_counted_scored_and_said(tmp_path) -> None:
     assert cens > 0 and n == mine["metrics"]["static"]["n"]
     sib = floor["metrics"]["distribution"]["static"]
     assert sib["n_censored"] > 0  # two samples per prompt: the siblings score every row too
-    rows, _ = _build_rows(load_results(res)[0])
+    rows, _ = build_rows(load_results(res)[0])
     tq, ref = distribution_rows(rows)
     assert tq.delta_crps["n"] == sib["n"]  # paired on every row both score, censored included
     board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
@@ -115,10 +115,10 @@ def test_censored_rows_are_counted_scored_and_said(tmp_path) -> None:
 
 
 def test_undecided_coverage_shows_as_a_range() -> None:
-    from lenbench.leaderboard.distributions import _coverage
+    from lenbench.leaderboard.distributions import coverage_cell
 
     m = {"coverage_80": 0.61, "coverage_80_high": 0.74, "coverage_80_ci": [0.55, 0.67],
          "coverage_80_high_ci": [0.69, 0.79], "coverage_80_nominal": 0.8}
-    assert _coverage(m, "80") == "61.0–74.0% [55.0, 79.0]"
+    assert coverage_cell(m, "80") == "61.0–74.0% [55.0, 79.0]"
     m.update(coverage_80_high=0.61, coverage_80_nominal=0.853)
-    assert _coverage(m, "80") == "61.0% [55.0, 67.0] (nominal 85.3%)"
+    assert coverage_cell(m, "80") == "61.0% [55.0, 67.0] (nominal 85.3%)"

@@ -12,7 +12,7 @@ from helpers.worlds import CFG, TrainQuantiles, make_world
 
 from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result
 from lenbench.leaderboard import build_leaderboard
-from lenbench.leaderboard.rows import LEGEND
+from lenbench.leaderboard.rows import main_legend
 from lenbench.leaderboard.table import load_table
 from lenbench.results import (
     PROTOCOL_VERSION,
@@ -63,7 +63,7 @@ def test_a_section_with_an_old_result_says_so_and_marks_its_row(tmp_path: Path) 
     assert board.count(NOTE) == 1
     assert "rerun the section's runs to rescore them." in section.split("\n", 1)[0]
     assert sorted(_names(board)) == ["new", "old ‡"]
-    assert "‡ scored under an earlier protocol" in LEGEND and "‡ scored" in board
+    assert "‡ scored under an earlier protocol" in main_legend() and "‡ scored" in board
     table, _ = load_table(res)
     assert dict(zip(table["predictor"], table["protocol_version"])) == {"old": 1,
                                                                         "new": PROTOCOL_VERSION}

@@ -142,7 +142,7 @@ def test_a_failed_plot_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monkey
     """A run killed while rendering a plot must not leave a 0-byte PNG behind."""
     from matplotlib.figure import Figure
 
-    from lenbench import leaderboard
+    from lenbench.leaderboard.plots import save_png
 
     def boom(self: Figure, target: Any, *args: Any, **kwargs: Any) -> None:
         """Start writing, then die, as a killed render does."""
@@ -156,7 +156,7 @@ def test_a_failed_plot_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monkey
     fig.subplots().plot([1, 2], [3, 4])
     monkeypatch.setattr(Figure, "savefig", boom)
     with pytest.raises(KeyboardInterrupt):
-        leaderboard._save_png(fig, tmp_path / "plot.png")
+        save_png(fig, tmp_path / "plot.png")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -7,7 +7,8 @@ Failed runs and unreadable files are listed, never dropped, so missing coverage 
 Per (dataset, model), "Predictor details" shows what each predictor reported about itself
 (`Predictor.report()`: flat entries, a speculative-decoding table) and every dynamic predictor's
 MAE by observed steps; a report's ``row_labels`` name its rows in the main table.
-`results_table` / `load_table` give every figure as one tidy pandas table (table.py).
+`results_table` / `load_table` give every figure as one tidy pandas table (table.py); the rows
+read their figures from it, and the main table's metric columns are specs (metric_specs.py).
 
 Sections build blocks (blocks.py: headings, paragraphs, tables, captions, images) and two
 renderers read them: the markdown, and a static web site beside it (site.py, html.py):
@@ -22,7 +23,6 @@ style and script inline and fetch nothing, so the folder opens from file:// offl
 from __future__ import annotations
 
 from lenbench.leaderboard.document import build_leaderboard, main
-from lenbench.leaderboard.plots import _save_png as _save_png  # tests/test_results.py
 from lenbench.leaderboard.table import load_table, results_table
 
 __all__ = ["build_leaderboard", "load_table", "main", "results_table"]

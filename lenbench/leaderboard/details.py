@@ -9,17 +9,9 @@ import statistics
 from typing import Any
 
 from lenbench.leaderboard.blocks import LEFT, Block, Caption, Heading, Table, Text
-from lenbench.leaderboard.rows import (
-    DASH,
-    _cell,
-    _mean,
-    _mean_std,
-    _num,
-    _Row,
-    _time,
-    is_number,
-    non_causal,
-)
+from lenbench.leaderboard.cells import DASH, cell_text, mean, mean_std, number, seconds
+from lenbench.leaderboard.rows import Row, non_causal
+from lenbench.results.checks import is_number
 
 # ---------------------------------------------------------------------------------------------
 # predictor details: what each predictor reported about itself
@@ -104,7 +96,7 @@ def _seed_values(values: list[Any]) -> str:
     return " / ".join(shown) if shown else DASH
 
 
-def _observed_steps_table(rows: list[_Row]) -> list[Block]:
+def _observed_steps_table(rows: list[Row]) -> list[Block]:
     """Remaining-length MAE at t = 0, 8, 16, 32, ... observed steps, one row per dynamic
     predictor (the ForeLen/PLP warm-up reading), with the requests still decoding at each t."""
     entries = []
@@ -126,13 +118,13 @@ def _observed_steps_table(rows: list[_Row]) -> list[Block]:
 
     body = []
     for row, dyn in entries:
-        cells = [_cell(row.label)]
+        cells = [cell_text(row.label)]
         if non_causal(row.results):
             cells[0] += " (non-causal)"
         for t in ts:
             vals = [at(d, "mae_by_observed_steps", t) for d in dyn]
-            cells.append(_mean_std([float(v) for v in vals if is_number(v)]))
-        cells.append(_time(_mean(row.values("timings", "predict_ms_per_step"))))
+            cells.append(mean_std([float(v) for v in vals if is_number(v)]))
+        cells.append(seconds(mean(row.values("timings.predict_ms_per_step"))))
         body.append(cells)
     first = entries[0][1][0]
     counts = [at(first, "n_by_observed_steps", t) for t in ts]
@@ -150,7 +142,7 @@ def _observed_steps_table(rows: list[_Row]) -> list[Block]:
                     "across columns. ms/step: the predictor's own latency per decoding step.")]
 
 
-def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) -> list[Block]:
+def _fixed_population_table(entries: list[tuple[Row, list[dict[str, Any]]]]) -> list[Block]:
     """The same reading over one population (requests longer than T, metrics._fixed_population),
     so a predictor can be followed across columns."""
     fixed = [(row, [d["fixed_population"] for d in dyn if d.get("fixed_population")])
@@ -163,9 +155,9 @@ def _fixed_population_table(entries: list[tuple[_Row, list[dict[str, Any]]]]) ->
     body = []
     for row, pops in fixed:
         same = [p for p in pops if p["observed_steps"] == ts and p["t_max"] == first["t_max"]]
-        cells = [_cell(row.label)]
+        cells = [cell_text(row.label)]
         for i in range(len(ts)):
-            cells.append(_mean_std([float(p["mae"][i]) for p in same if is_number(p["mae"][i])]))
+            cells.append(mean_std([float(p["mae"][i]) for p in same if is_number(p["mae"][i])]))
         body.append(cells)
     header = ["Predictor"] + [f"t = {t}" for t in ts]
     return [Table(header, body, caption="fixed_population"),
@@ -188,10 +180,10 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
     its random-init draft (``speculative.random_init``) when reported."""
     table_rows: list[tuple[str, list[dict[str, Any]]]] = []
     for label, specs in entries:
-        table_rows.append((_cell(label), specs))
+        table_rows.append((cell_text(label), specs))
         rand = [s["random_init"] for s in specs if isinstance(s.get("random_init"), dict)]
         if rand:
-            table_rows.append((f"*{_cell(label)}, random init* (ref)", rand))
+            table_rows.append((f"*{cell_text(label)}, random init* (ref)", rand))
     # (column key, index base, header symbol)
     groups = [("alpha", 1, "α"), ("acc", 0, "acc"), ("expected_acceptance", 0, "E[acc]")]
     depth = {key: max((len(_depth_list(s, key) or []) for _, specs in table_rows for s in specs),
@@ -205,14 +197,14 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
     body = []
     for label, specs in table_rows:
         taus = [float(s["tau"]) for s in specs if is_number(s.get("tau"))]
-        cells = [label, _mean_std(taus, 2)]
+        cells = [label, mean_std(taus, 2)]
         for key, _, _ in groups:
             lists = [v for v in (_depth_list(s, key) for s in specs) if v]
             if 0 < depth[key] <= MAX_DEPTH_COLUMNS:
                 for i in range(depth[key]):
-                    cells.append(_num(_mean([v[i] for v in lists if i < len(v)]), 3))
+                    cells.append(number(mean([v[i] for v in lists if i < len(v)]), 3))
             elif depth[key]:
-                cells.append(_num(_mean([statistics.fmean(v) for v in lists]), 3))
+                cells.append(number(mean([statistics.fmean(v) for v in lists]), 3))
         body.append(cells)
     return [Heading(4, "Speculative decoding quality"),
             Table(header, body, caption="speculative"),
@@ -225,7 +217,7 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
                     "floor the training lifts.")]
 
 
-def _details_section(rows: list[_Row]) -> list[Block]:
+def details_section(rows: list[Row]) -> list[Block]:
     """Predictor details: the dynamic observed-steps table, the speculative-decoding table and,
     per predictor, the flat entries of its ``report`` (mean ± std over seeds for numbers)."""
     mains = [row for row in rows if row.variant is None and row.kind == "predictor"]
@@ -246,9 +238,9 @@ def _details_section(rows: list[_Row]) -> list[Block]:
         if not keys:
             continue
         seeds = ", ".join(str(r.seed) for r in row.results)
-        body = [[f"`{_cell(k)}`", _cell(_seed_values([f.get(k) for f, _ in flat]), 600)]
+        body = [[f"`{cell_text(k)}`", cell_text(_seed_values([f.get(k) for f, _ in flat]), 600)]
                 for k in keys]
-        blocks += [Heading(4, _cell(row.base_label)),
+        blocks += [Heading(4, cell_text(row.base_label)),
                   Text(f"Reported by the predictor (seeds {seeds})."),
                   Table(["Entry", "Value"], body, [LEFT, LEFT])]
         skipped = max(n for _, n in flat)

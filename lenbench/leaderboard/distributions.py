@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Image, Table, Text
-from lenbench.leaderboard.plots import _save_png
-from lenbench.leaderboard.rows import DASH, _cell, _Row, non_causal
+from lenbench.leaderboard.cells import DASH, cell_text
+from lenbench.leaderboard.plots import save_png
+from lenbench.leaderboard.rows import Row, non_causal
 from lenbench.results import Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.metrics import paired_difference
@@ -133,7 +134,7 @@ def _paired_to_siblings(results: list[Result], siblings: Result | None
     return paired_difference(crps[both], ref[0][both], ref[1][both])
 
 
-def distribution_rows(rows: list[_Row]) -> list[DistRow]:
+def distribution_rows(rows: list[Row]) -> list[DistRow]:
     """The section's rows: predictors with distribution metrics sorted by CRPS (then dynamic
     CRPS), and the sibling reference last; empty when no predictor is distributional."""
     refs = [row for row in rows if row.kind == "reference" and row.variant is None
@@ -190,7 +191,7 @@ def _pinball(m: dict[str, Any]) -> str:
     return f"≥ {text}" if text != DASH and (m.get("n_censored") or 0) > 0 else text
 
 
-def _coverage(m: dict[str, Any], name: str) -> str:
+def coverage_cell(m: dict[str, Any], name: str) -> str:
     """Coverage in percent: a range where censored rows cut below the cap left it undecided
     (the lower bound's interval joined to the upper's), and the nominal share where clipping
     moved it off the level."""
@@ -218,15 +219,15 @@ def _delta(d: dict[str, Any] | None) -> str:
 
 
 def distribution_cells(d: DistRow) -> list[str]:
-    name = f"*{_cell(d.label)}* (ref)" if d.reference else _cell(d.label)
+    name = f"*{cell_text(d.label)}* (ref)" if d.reference else cell_text(d.label)
     rows = _rows(d.static)
     if d.dynamic.get("n_requests") is not None:
         rows = f"{rows}; dyn. {_rows(d.dynamic, 'n_requests')}"
     return [name, rows, _pinball(d.static), _value(d.static, "crps"),
             "(reference)" if d.reference else _delta(d.delta_crps),
-            _coverage(d.static, "50"), _value(d.static, "width_50"),
-            _coverage(d.static, "80"), _value(d.static, "width_80"),
-            _value(d.dynamic, "crps"), _coverage(d.dynamic, "80"), str(d.seeds)]
+            coverage_cell(d.static, "50"), _value(d.static, "width_50"),
+            coverage_cell(d.static, "80"), _value(d.static, "width_80"),
+            _value(d.dynamic, "crps"), coverage_cell(d.dynamic, "80"), str(d.seeds)]
 
 
 def _population_lines(data: list[DistRow]) -> list[Block]:
@@ -281,11 +282,11 @@ def _pit_plot(data: list[DistRow], path: Path, title: str) -> bool:
     ax.set_title(f"Calibration, {title}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    _save_png(fig, path)
+    save_png(fig, path)
     return True
 
 
-def _distributions_section(rows: list[_Row], out_dir: Path, stem: str, written: set[Path],
+def distributions_section(rows: list[Row], out_dir: Path, stem: str, written: set[Path],
                            title: str) -> list[Block]:
     """The section's blocks and its plot; nothing when no result is distributional."""
     data = distribution_rows(rows)

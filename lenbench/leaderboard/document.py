@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lenbench.leaderboard import metric_specs
 from lenbench.leaderboard.blocks import (
     LEFT,
     RIGHT,
@@ -22,27 +23,23 @@ from lenbench.leaderboard.blocks import (
     Text,
     markdown_lines,
 )
-from lenbench.leaderboard.details import _details_section
-from lenbench.leaderboard.distributions import _distributions_section
-from lenbench.leaderboard.plots import PLOT_PREFIX, _progress_plot, _scatter_plot
+from lenbench.leaderboard.cells import DASH, cell_text, mean
+from lenbench.leaderboard.details import details_section
+from lenbench.leaderboard.distributions import distributions_section
+from lenbench.leaderboard.plots import PLOT_PREFIX, progress_plot, scatter_plot
 from lenbench.leaderboard.provenance import provenance_blocks
 from lenbench.leaderboard.rows import (
-    _ALIGN,
-    _HEADER,
-    DASH,
-    LEGEND,
     MIN_RANKING_PROMPTS,
-    _build_rows,
-    _cell,
-    _mean,
-    _Row,
-    _row_cells,
+    Row,
+    build_rows,
     earlier_protocol,
-    is_number,
+    main_legend,
+    metric_cell,
+    name_cell,
 )
-from lenbench.leaderboard.scheduling import _scheduling_section
+from lenbench.leaderboard.scheduling import scheduling_section
 from lenbench.leaderboard.site import World, write_site
-from lenbench.leaderboard.transfer import _transfer_section
+from lenbench.leaderboard.transfer import transfer_section
 from lenbench.results import (
     PROTOCOL_CHANGES,
     PROTOCOL_VERSION,
@@ -51,6 +48,7 @@ from lenbench.results import (
     load_results,
     safe_name,
 )
+from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.stages import atomic_write_bytes
 
@@ -61,33 +59,43 @@ __all__ = ["build_leaderboard", "main"]
 # document
 
 
-def _main_table(rows: list[_Row], reference: str) -> tuple[Table, str | None]:
-    """The main table with paired differences to the reference predictor (static, and dynamic
-    when the reference is dynamic); returns the table and the reference used (None: no column)."""
+def _delta_cell(row: Row, ref: Row, kind: str) -> str:
+    """A row's paired difference to the reference predictor (`kind`: static or dynamic)."""
+    if row is ref:
+        return "(reference)"
+    if row.variant is not None or row.kind != "predictor" or (
+            kind == "dynamic" and not row.values("dynamic.mae")):
+        return DASH
+    return paired_cell(row.scored_rows(), ref.scored_rows(), kind)
+
+
+def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
+    """The main table: the name, a column per metric spec (metric_specs.MAIN_METRICS), each
+    followed where its spec says so by the paired difference to the reference predictor (static,
+    and dynamic when the reference is dynamic), and the seeds; returns the table and the
+    reference used (None: no Δ column)."""
     mains = {r.name: r for r in rows if r.variant is None and r.kind == "predictor"}
     ref_name = choose_reference(sorted(mains), reference)
     ref = mains.get(ref_name) if ref_name else None
-    header, align = list(_HEADER), list(_ALIGN)
-    body = [_row_cells(r) for r in rows]
-    if ref is None:
-        return Table(header, body, align, caption="main"), None
-    with_dynamic = bool(ref.values("dynamic", "mae"))
+    paired: set[str] = set()  # the kinds of paired difference shown
+    if ref is not None:
+        paired = {"static", "dynamic"} if ref.values("dynamic.mae") else {"static"}
+    header, align, body = ["Predictor"], [LEFT], [[name_cell(row)] for row in rows]
+    for spec in metric_specs.MAIN_METRICS:
+        header.append(spec.label)
+        align.append(RIGHT)
+        for row, cells in zip(rows, body):
+            cells.append(metric_cell(row, spec))
+        if ref is not None and spec.delta in paired:
+            header.append(f"{'Δ' if spec.delta == 'static' else 'Dyn. Δ'} vs {ref_name}")
+            align.append(RIGHT)
+            for row, cells in zip(rows, body):
+                cells.append(_delta_cell(row, ref, spec.delta))
+    header.append("Seeds")
+    align.append(RIGHT)
     for row, cells in zip(rows, body):
-        static = dynamic = DASH
-        if row is ref:
-            static = dynamic = "(reference)"
-        elif row.variant is None and row.kind == "predictor":
-            static = paired_cell(row.scored_rows(), ref.scored_rows(), "static")
-            dynamic = paired_cell(row.scored_rows(), ref.scored_rows(), "dynamic")
-        cells.insert(3, static)
-        if with_dynamic:
-            cells.insert(8, dynamic if row.values("dynamic", "mae") or row is ref else DASH)
-    header.insert(3, f"Δ vs {ref_name}")
-    align.insert(3, "---:")
-    if with_dynamic:
-        header.insert(8, f"Dyn. Δ vs {ref_name}")
-        align.insert(8, "---:")
-    return Table(header, body, align, caption="main"), ref_name
+        cells.append(str(len(row.results)))
+    return Table(header, body, align, caption="main"), ref_name if ref is not None else None
 
 
 def too_few_prompts(ok: list[Result]) -> int | None:
@@ -96,7 +104,7 @@ def too_few_prompts(ok: list[Result]) -> int | None:
     return max(prompts) if prompts and max(prompts) < MIN_RANKING_PROMPTS else None
 
 
-def _scoring_notes(ok: list[Result], rows: list[_Row]) -> list[Block]:
+def _scoring_notes(ok: list[Result], rows: list[Row]) -> list[Block]:
     """What the reader must know before trusting a row: censored rows, clipped predictions,
     the noise floor's rows, and a test split too small to rank on."""
     notes = []
@@ -121,8 +129,8 @@ def _scoring_notes(ok: list[Result], rows: list[_Row]) -> list[Block]:
         if row.variant is not None or row.kind != "predictor":
             continue
         for section, what in (("static", "totals"), ("dynamic", "remaining lengths")):
-            low = _mean(row.values(section, "n_clipped_low"))
-            high = _mean(row.values(section, "n_clipped_high"))
+            low = mean(row.values(f"{section}.n_clipped_low"))
+            high = mean(row.values(f"{section}.n_clipped_high"))
             if low or high:
                 clipped.append(f"{row.label} ({what}: {low or 0:.0f} below 1, {high or 0:.0f} "
                                "above the cap)")
@@ -142,7 +150,7 @@ def _scoring_notes(ok: list[Result], rows: list[_Row]) -> list[Block]:
     return [Text(note) for note in notes]
 
 
-def _protocol_note(rows: list[_Row]) -> list[Block]:
+def _protocol_note(rows: list[Row]) -> list[Block]:
     """One line when results shown in the section (superseded ones aside) were scored under an
     earlier protocol, naming what changed since the oldest of them."""
     shown = list({id(r): r for row in rows for r in row.results}.values())
@@ -160,7 +168,7 @@ def _protocol_note(rows: list[_Row]) -> list[Block]:
 def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
              written: set[Path], reference: str = DEFAULT_REFERENCE,
              fingerprint: str | None = None, split_by_fingerprint: bool = False) -> World:
-    rows, superseded = _build_rows(ok)
+    rows, superseded = build_rows(ok)
     heading = f"{dataset} / {model}"
     if split_by_fingerprint:
         heading += (f" (labels `{fingerprint[:8]}`)" if fingerprint
@@ -201,25 +209,25 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
     if superseded:
         lines.append(Text(f"{superseded} older result(s) for a predictor and seed already shown "
                           "were superseded by newer runs and are not counted."))
-    lines.append(Caption("main", LEGEND.replace("REF", ref_name or "the reference")))
+    lines.append(Caption("main", main_legend().replace("REF", ref_name or "the reference")))
 
     stem = f"{PLOT_PREFIX}{safe_name(dataset)}__{safe_name(model)}"
     if split_by_fingerprint:
         stem += f"__{safe_name((fingerprint or 'none')[:8])}"
     title = f"{dataset} / {model}"
     progress = out_dir / f"{stem}-progress.png"
-    if _progress_plot(rows, progress, title):
+    if progress_plot(rows, progress, title):
         written.add(progress)
         lines.append(Image(f"Dynamic MAE by progress, {title}", progress.name))
     scatter = out_dir / f"{stem}-scatter.png"
-    if _scatter_plot(rows, scatter, title):
+    if scatter_plot(rows, scatter, title):
         written.add(scatter)
         lines.append(Image(f"Predicted vs true length, {title}", scatter.name))
 
-    lines += _distributions_section(rows, out_dir, stem, written, title)
-    lines += _details_section(rows)
-    lines += _scheduling_section(ok, out_dir, stem, written, title)
-    lines += _transfer_section(ok, reference, MIN_RANKING_PROMPTS)
+    lines += distributions_section(rows, out_dir, stem, written, title)
+    lines += details_section(rows)
+    lines += scheduling_section(ok, out_dir, stem, written, title)
+    lines += transfer_section(ok, reference, MIN_RANKING_PROMPTS)
     return World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
 
 
@@ -235,14 +243,15 @@ def _failed_lines(failed: list[Result], problems: list[str]) -> list[Block]:
         for r in sorted(failed, key=key):
             err = r.error or ErrorInfo("?", "")
             first = (err.message.strip().splitlines() or [""])[0]
-            body.append([_cell(r.dataset.name), _cell(r.model.name), _cell(r.predictor.name),
-                         str(r.seed), _cell(f"{err.type}: {first}"), f"`{_cell(r.source)}`"])
+            body.append([cell_text(r.dataset.name), cell_text(r.model.name),
+                         cell_text(r.predictor.name), str(r.seed),
+                         cell_text(f"{err.type}: {first}"), f"`{cell_text(r.source)}`"])
         lines.append(Table(["Dataset", "Model", "Predictor", "Seed", "Error", "File"], body,
                            [LEFT] * 3 + [RIGHT, LEFT, LEFT]))
     if problems:
         lines += [Heading(3, "Invalid result files"),
                   Text("These files could not be read as results and are not in any table "
-                       "above."), Items([_cell(p) for p in problems])]
+                       "above."), Items([cell_text(p) for p in problems])]
     return lines
 
 

@@ -2,10 +2,13 @@
 
 A header's tooltip says in a line what the column holds; the full caption (the markdown's text
 under the table) is in the page's glossary, linked from the header. Notes are short on purpose:
-the caption stays the one place that defines a figure.
+the caption stays the one place that defines a figure. The main table's metric columns take
+theirs from their specs (metric_specs.py), so a new metric's header gets its note with it.
 """
 
 from __future__ import annotations
+
+from lenbench.leaderboard.metric_specs import spec_note
 
 CAPTION_TITLES = {
     "main": "Main table",
@@ -21,15 +24,6 @@ CAPTION_TITLES = {
 
 COLUMN_NOTES = {
     "Predictor": "the predictor (and its reading); markers after the name: see the glossary",
-    "Static MAE": "mean absolute error of the total length, tokens (mean ± std over seeds)",
-    "95% CI": "bootstrap 95% interval over prompts, bounds averaged over seeds",
-    "Kendall τ": "Kendall τ-b rank correlation with the true lengths, mean over seeds",
-    "Spearman": "Spearman rank correlation with the true lengths, mean over seeds",
-    "Within ±25%": "share of requests predicted within 25% of their true length",
-    "Dynamic MAE": "mean absolute error of the remaining length over decoding steps, tokens",
-    "Fit (s)": "fitting time in seconds, mean over seeds",
-    "ms/request": "prediction time per request in milliseconds",
-    "Params": "parameter count of the predictor",
     "Seeds": "number of seeds pooled in the row",
     "Rows (censored)": "rows scored, and how many of them were cut at the length cap",
     "Mean pinball": "pinball loss averaged over five quantile levels, tokens",
@@ -76,6 +70,8 @@ PREFIX_NOTES = (
 
 def column_note(header: str) -> str:
     """The one-line note of a column header ('' when there is none)."""
+    if note := spec_note(header):
+        return note
     if header in COLUMN_NOTES:
         return COLUMN_NOTES[header]
     return next((note for prefix, note in PREFIX_NOTES if header.startswith(prefix)), "")

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lenbench.leaderboard.rows import _Row
+from lenbench.leaderboard.rows import Row
 from lenbench.stages import atomic_write_bytes
 
 PLOT_PREFIX = "plot-"
@@ -18,14 +18,14 @@ PLOT_PREFIX = "plot-"
 # plots
 
 
-def _save_png(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
     """Render to memory, then write atomically: a kill mid-plot never leaves a 0-byte PNG."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
+def progress_plot(rows: list[Row], path: Path, title: str) -> bool:
     """Dynamic MAE by progress bin, one line per dynamic predictor; False when there is none."""
     from matplotlib.figure import Figure
 
@@ -57,11 +57,11 @@ def _progress_plot(rows: list[_Row], path: Path, title: str) -> bool:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    _save_png(fig, path)
+    save_png(fig, path)
     return True
 
 
-def _scatter_plot(rows: list[_Row], path: Path, title: str) -> bool:
+def scatter_plot(rows: list[Row], path: Path, title: str) -> bool:
     """Predicted vs true total length per predictor (lowest seed), log-log with the y = x line."""
     from matplotlib.figure import Figure
 
@@ -104,5 +104,5 @@ def _scatter_plot(rows: list[_Row], path: Path, title: str) -> bool:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(title)
-    _save_png(fig, path)
+    save_png(fig, path)
     return True

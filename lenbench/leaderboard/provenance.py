@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from lenbench.leaderboard.blocks import Block, Text
-from lenbench.leaderboard.rows import DASH, _cell, _Row, _row_cells
+from lenbench.leaderboard.cells import DASH, cell_text
+from lenbench.leaderboard.metric_specs import main_spec
+from lenbench.leaderboard.rows import Row, metric_cell
 from lenbench.results import Result
 
 
@@ -62,7 +64,7 @@ def provenance_blocks(ok: list[Result]) -> list[Block]:
     return [Text(text, "provenance") for text in out]
 
 
-def card_entries(ok: list[Result], rows: list[_Row]) -> list[tuple[str, str]]:
+def card_entries(ok: list[Result], rows: list[Row]) -> list[tuple[str, str]]:
     """The world card's key facts as (label, inline text): model, data, test set, sampling,
     censored share, noise floor, labels fingerprint, protocol and result count."""
     latest = _latest(ok)
@@ -70,8 +72,8 @@ def card_entries(ok: list[Result], rows: list[_Row]) -> list[tuple[str, str]]:
     sampling = gen.get("sampling") or {}
     dataset = latest.dataset
     n_test, n_prompts = dataset.n_test, dataset.n_test_prompts
-    entries = [("Model", _cell(latest.model.name)),
-               ("Dataset", _cell(dataset.name)),
+    entries = [("Model", cell_text(latest.model.name)),
+               ("Dataset", cell_text(dataset.name)),
                ("Test set", f"{DASH if n_test is None else n_test} rows from "
                             f"{DASH if n_prompts is None else n_prompts} prompts")]
     if counts := label_counts(gen):
@@ -90,8 +92,9 @@ def card_entries(ok: list[Result], rows: list[_Row]) -> list[tuple[str, str]]:
                                     "flagged"))
     floors = [row for row in rows if row.kind == "reference" and row.name == "noise_floor"]
     if floors:
-        cells = _row_cells(floors[0])
-        entries.append(("Noise floor", f"{cells[1]} tokens, 95% CI {cells[2]}"))
+        mae, ci = (metric_cell(floors[0], main_spec(key)) for key in ("static.mae",
+                                                                       "static.mae_ci"))
+        entries.append(("Noise floor", f"{mae} tokens, 95% CI {ci}"))
     prints = sorted({str(r.labels_fingerprint) for r in ok if r.labels_fingerprint})
     entries.append(("Labels fingerprint", ", ".join(f"`{p}`" for p in prints) or "not recorded"))
     versions = sorted({r.protocol_version for r in ok})

@@ -1,28 +1,36 @@
-"""Per-predictor rows aggregated over seeds and the cell formatting every leaderboard table
-shares, kept apart so each section builds on the same rows and cells."""
+"""Per-predictor rows aggregated over seeds, and the main table's cells and caption, kept apart so
+each section builds on the same rows.
+
+A row reads its results' figures as the tidy table holds them (lenbench/leaderboard/table.py), by
+metric name (`static.mae`, `timings.fit_s`); the main table's metric columns are their specs
+(lenbench/leaderboard/metric_specs.py), read when a table is built.
+"""
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lenbench.leaderboard import metric_specs
+from lenbench.leaderboard.blocks import LEFT, RIGHT
+from lenbench.leaderboard.cells import DASH, cell_text, mean
+from lenbench.leaderboard.metric_specs import MetricSpec, main_spec
+from lenbench.leaderboard.table import figures
 from lenbench.results import PROTOCOL_VERSION, Predictions, Result, config_hash
 from lenbench.results.checks import is_number
 
-DASH = "—"
-MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
+__all__ = ["MIN_RANKING_PROMPTS", "Row", "build_rows", "earlier_protocol", "main_align",
+           "main_header", "main_legend", "metric_cell", "name_cell", "non_causal", "params_key",
+           "row_cells", "row_marks"]
 
-LEGEND = (
-    "MAE in tokens (static: total length; dynamic: remaining length by the OUTLETS protocol, the "
-    "per-request mean over decoding steps averaged over requests), shown as mean ± sample std over "
-    "seeds (the value alone for one seed). 95% CI: bootstrap interval over prompts, bounds "
-    "averaged over seeds. Kendall τ-b, Spearman and Within ±25% (share of requests with "
-    "|pred − true| ≤ 0.25·true) are means over seeds. Fit time, ms/request and parameter count "
-    f"come from the runs; {DASH} means not applicable. Δ vs REF: this predictor's MAE minus the "
+MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
+RANKED_BY = ("static.mae", "dynamic.mae")  # rows rank by the first; the second where it is absent
+
+ROWS_LEGEND = (
+    "Δ vs REF: this predictor's MAE minus the "
     "reference predictor's on the same test rows (errors averaged over seeds row by row), with a "
     "paired bootstrap 95% interval over prompts; **bold** where the interval excludes 0 "
     "(negative: better than the reference). Rows in *italics* marked (ref) are references, not "
@@ -43,17 +51,18 @@ LEGEND = (
 )
 
 
+def main_legend() -> str:
+    """The main table's caption: its metric columns' sentences (from their specs), then what the
+    Δ columns, the reference rows and the markers mean ("REF": the reference predictor)."""
+    return " ".join([*(s.caption for s in metric_specs.MAIN_METRICS if s.caption), ROWS_LEGEND])
+
+
 # ---------------------------------------------------------------------------------------------
 # aggregation
 
 
-def finite(values: Iterable[Any]) -> list[float]:
-    """The finite numbers among `values`, as floats: missing and null figures are skipped."""
-    return [float(v) for v in values if is_number(v) and math.isfinite(v)]
-
-
 @dataclass
-class _Row:
+class Row:
     """One table row: a predictor (or one decoding variant of it) aggregated over seeds."""
 
     name: str
@@ -64,34 +73,31 @@ class _Row:
     label: str = ""
     base_label: str = ""  # the predictor's name (plus params), without the variant
 
-    def static(self, r: Result) -> Mapping[str, Any] | None:
-        if self.variant is None:
-            return r.metrics.static
-        return r.metrics.variants.get(self.variant)
+    def figures(self, r: Result) -> dict[str, float]:
+        """One result's figures as this row reads them: its variant's, or the predictor's own."""
+        return figures(r, self.variant)
 
-    def dynamic(self, r: Result) -> Mapping[str, Any] | None:
-        return None if self.variant else r.metrics.dynamic
-
-    def values(self, section: str, key: str) -> list[float]:
-        """The finite values of one metric across seeds (`section`: "static", "dynamic" or
-        "timings"); missing or null entries are skipped."""
-        if section == "timings":
-            return finite(getattr(r.timings, key) for r in self.results)
-        read = self.static if section == "static" else self.dynamic
-        return finite((read(r) or {}).get(key) for r in self.results)
+    def values(self, key: str) -> list[float]:
+        """The values of one figure (`static.mae`, `timings.fit_s`: the tidy table's names)
+        across seeds; results without it are skipped."""
+        return [f[key] for r in self.results if key in (f := self.figures(r))]
 
     def scored_rows(self) -> list[Predictions | None]:
         """Each result's scored rows, for paired comparisons."""
         return [r.predictions for r in self.results]
 
+    def noise_floor(self) -> Mapping[str, Any] | None:
+        """A reference row's noise-floor bounds (None for predictors, and for references written
+        before the in-sample bound existed)."""
+        return self.results[0].metrics.noise_floor if self.kind == "reference" and \
+            self.results else None
+
     @property
     def sort_mae(self) -> float | None:
-        vals = self.values("static", "mae")
-        return statistics.fmean(vals) if vals else None
+        return mean(self.values("static.mae"))
 
 
-
-def _row_label(row: _Row) -> str | None:
+def _row_label(row: Row) -> str | None:
     """What the row shows after the name: the predictor's own description from
     ``report["row_labels"]`` ("predict" for the main row, else the variant's name), taken from
     the lowest seed that has one; else the variant's name; None for a plain main row."""
@@ -103,26 +109,24 @@ def _row_label(row: _Row) -> str | None:
     return row.variant
 
 
-def _mean(vals: Sequence[float]) -> float | None:
-    return statistics.fmean(vals) if vals else None
-
-
-def _params_key(r: Result) -> str:
+def params_key(r: Result) -> str:
+    """What tells apart runs of one predictor with other arguments."""
     return config_hash(r.predictor.params)
 
 
-def _build_rows(ok: list[Result]) -> tuple[list[_Row], int]:
+def build_rows(ok: list[Result]) -> tuple[list[Row], int]:
     """Group ok results into rows; per row and seed keep the newest result (reruns supersede).
 
-    Returns the rows and how many superseded results were ignored.
+    Returns the rows, in ranking order (`RANKED_BY`), and how many superseded results were
+    ignored.
     """
-    rows: dict[tuple[str, str, str | None, str], _Row] = {}
+    rows: dict[tuple[str, str, str | None, str], Row] = {}
     for r in ok:
-        name, kind, pkey = r.predictor.name, r.kind, _params_key(r)
+        name, kind, pkey = r.predictor.name, r.kind, params_key(r)
         variants = sorted(r.metrics.variants.keys())
         for variant in [None, *variants]:
             key = (name, kind, variant, pkey)
-            rows.setdefault(key, _Row(name, kind, variant, pkey)).results.append(r)
+            rows.setdefault(key, Row(name, kind, variant, pkey)).results.append(r)
 
     superseded = 0
     for row in rows.values():
@@ -145,56 +149,18 @@ def _build_rows(ok: list[Result]) -> tuple[list[_Row], int]:
         suffix = f" [params {row.params_key[:6]}]" if len(n_params[row.name]) > 1 else ""
         row.label, row.base_label = label + suffix, row.name + suffix
 
-    def order(row: _Row) -> tuple[Any, ...]:
-        mae = row.sort_mae
-        dyn = _mean(row.values("dynamic", "mae"))
-        return (mae is None, mae if mae is not None else (dyn if dyn is not None else math.inf),
-                row.label)
+    first, then = (main_spec(key) for key in RANKED_BY)
+
+    def order(row: Row) -> tuple[Any, ...]:
+        value, fallback = first.rank_value(row), then.rank_value(row)
+        return (value is None, value if value is not None else
+                (fallback if fallback is not None else math.inf), row.label)
 
     return sorted(rows.values(), key=order), superseded
 
 
 # ---------------------------------------------------------------------------------------------
-# formatting
-
-
-def _num(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:.{digits}f}"
-
-
-def _mean_std(vals: Sequence[float], digits: int = 1) -> str:
-    """"mean ± std" with the sample std (n-1) over seeds; the bare value for a single seed."""
-    if not vals:
-        return DASH
-    if len(vals) == 1:
-        return f"{vals[0]:.{digits}f}"
-    return f"{statistics.fmean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
-
-
-def _time(x: float | None) -> str:
-    if x is None:
-        return DASH
-    if x < 1:  # sub-millisecond latencies must not all print as 0.00
-        return f"{x:.2g}"
-    if x < 10:
-        return f"{x:.2f}"
-    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
-
-
-def _count(x: float | None) -> str:
-    if x is None:
-        return DASH
-    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if x >= scale:
-            return f"{x / scale:.1f}{unit}"
-    return f"{x:.0f}"
-
-
-def _cell(text: Any, limit: int = 200) -> str:
-    """Text safe inside a markdown table cell: one line, pipes escaped, bounded length."""
-    s = " ".join(str(text).split())
-    s = s if len(s) <= limit else s[:limit - 3] + "..."
-    return s.replace("|", "\\|")
+# the main table's cells
 
 
 def non_causal(results: Iterable[Result]) -> bool:
@@ -208,9 +174,9 @@ def earlier_protocol(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if r.protocol_version < PROTOCOL_VERSION]
 
 
-def row_marks(row: _Row) -> list[str]:
-    """The markers after a row's name (LEGEND): † reads the next token, (non-causal) failed the
-    audit, ‡ scored under an earlier protocol."""
+def row_marks(row: Row) -> list[str]:
+    """The markers after a row's name (the legend): † reads the next token, (non-causal) failed
+    the audit, ‡ scored under an earlier protocol."""
     marks = []
     if any(r.predictor.reads_next_token for r in row.results):
         marks.append("†")
@@ -221,43 +187,40 @@ def row_marks(row: _Row) -> list[str]:
     return marks
 
 
-def _row_cells(row: _Row) -> list[str]:
-    cis = [(row.static(r) or {}).get("mae_ci") for r in row.results]
-    cis = [c for c in cis if isinstance(c, list) and len(c) == 2]
-    ci = DASH
-    if cis:
-        lo, hi = statistics.fmean(c[0] for c in cis), statistics.fmean(c[1] for c in cis)
-        ci = f"[{lo:.1f}, {hi:.1f}]"
-    within = _mean(row.values("static", "within_25"))
-    name = _cell(row.label)
-    mae = _mean_std(row.values("static", "mae"))
-    bounds = (row.results[0].metrics.noise_floor
-              if row.kind == "reference" and row.results else None)
+def name_cell(row: Row) -> str:
+    """The row's name as the main table shows it: references in italics, then the markers."""
+    name = cell_text(row.label)
     if row.kind == "reference":
         name = f"*{name}* (ref)"
     for mark in row_marks(row):
         name += f" {mark}"
-    if row.kind == "reference" and bounds is None:
+    if row.kind == "reference" and row.noise_floor() is None:
         name += " (leave-one-out only)"  # recorded before the in-sample bound existed
+    return name
+
+
+def metric_cell(row: Row, spec: MetricSpec) -> str:
+    """The row's cell of one metric column; the noise floor shows its two bounds as its MAE and
+    their joined interval as its CI."""
+    bounds = row.noise_floor()
     if bounds is not None and is_number(bounds.get("in_sample")):
-        mae = f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
-        interval = bounds.get("interval")
-        ci = DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]"
-    return [
-        name,
-        mae,
-        ci,
-        _num(_mean(row.values("static", "kendall_tau")), 3),
-        _num(_mean(row.values("static", "spearman")), 3),
-        DASH if within is None else f"{100 * within:.1f}%",
-        _mean_std(row.values("dynamic", "mae")),
-        _time(_mean(row.values("timings", "fit_s"))),
-        _time(_mean(row.values("timings", "predict_ms_per_request"))),
-        _count(_mean(row.values("timings", "n_parameters"))),
-        str(len(row.results)),
-    ]
+        if spec.key == "static.mae":
+            return f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
+        if spec.key == "static.mae_ci":
+            interval = bounds.get("interval")
+            return DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]"
+    return spec.cell(row)
 
 
-_HEADER = ["Predictor", "Static MAE", "95% CI", "Kendall τ", "Spearman", "Within ±25%",
-           "Dynamic MAE", "Fit (s)", "ms/request", "Params", "Seeds"]
-_ALIGN = [":---"] + ["---:"] * (len(_HEADER) - 1)
+def main_header() -> list[str]:
+    return ["Predictor", *(spec.label for spec in metric_specs.MAIN_METRICS), "Seeds"]
+
+
+def main_align() -> list[str]:
+    return [LEFT] + [RIGHT] * (len(metric_specs.MAIN_METRICS) + 1)
+
+
+def row_cells(row: Row) -> list[str]:
+    """The row in the main table, under `main_header()` (the paired Δ columns aside)."""
+    return [name_cell(row), *(metric_cell(row, spec) for spec in metric_specs.MAIN_METRICS),
+            str(len(row.results))]

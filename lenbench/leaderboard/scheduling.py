@@ -10,16 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from lenbench.leaderboard.blocks import LEFT, RIGHT, Block, Caption, Heading, Image, Table, Text
-from lenbench.leaderboard.rows import DASH, _cell, _num, _params_key, is_number
+from lenbench.leaderboard.cells import DASH, cell_text, number
+from lenbench.leaderboard.rows import params_key
 from lenbench.results import Result
-
-
-def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
-    """The headline entry of the predictor itself (not baseline/oracle/constant)."""
-    refs = ("baseline", "oracle", "constant")
-    rows = [h for h in sched.get("headline") or [] if h.get("row") not in refs]
-    return rows[0] if rows else None
-
+from lenbench.results.checks import is_number
 
 _SCHED_REFS = ("baseline", "oracle", "constant")
 _SCHED_CHANGES = (("e2e_mean_short", "Short mean"), ("e2e_p90_short", "Short P90"),
@@ -36,6 +30,12 @@ _SCORE_METRIC_TEXT = {
 # One predictor seed's scheduling record as the table reads it: the row's headline entry,
 # that record's reference entries by row name, and its simulator seeds.
 _SchedRun = tuple[dict[str, Any], dict[str, dict[str, Any]], list[Any]]
+
+
+def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
+    """The headline entry of the predictor itself (not baseline/oracle/constant)."""
+    rows = [h for h in sched.get("headline") or [] if h.get("row") not in _SCHED_REFS]
+    return rows[0] if rows else None
 
 
 def _sched_refs(sched: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -122,7 +122,7 @@ def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[s
     entry = runs[0][0]
     taus = [e["kendall_tau"] for e, _, _ in runs
             if is_number(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
-    tau = _num(statistics.fmean(taus), 3) if taus else DASH
+    tau = number(statistics.fmean(taus), 3) if taus else DASH
     if entry.get("row") == "baseline":
         secs = [DASH if not is_number(entry.get(key)) else f"{entry[key]:,.2f} s"
                 for key, _ in _SCHED_CHANGES]
@@ -148,11 +148,11 @@ def _sched_intro(first: dict[str, Any]) -> str:
     return (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
             f"requests drawn from the test rows per simulator seed, simulator seeds "
             f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
-            f"{_num(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
-            f"({_num(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
+            f"{number(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
+            f"({number(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
             f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
-            f"Short/long classes: true length < {_num(first.get('short_threshold'), 0)} / "
-            f">= {_num(first.get('long_threshold'), 0)} tokens.")
+            f"Short/long classes: true length < {number(first.get('short_threshold'), 0)} / "
+            f">= {number(first.get('long_threshold'), 0)} tokens.")
 
 
 def _sched_caption(first: dict[str, Any]) -> str:
@@ -187,7 +187,7 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"baseline, ratio of seed means (the baseline row gives seconds).")
 
 
-def _scheduling_section(results: list[Result], out_dir: Path, stem: str,
+def scheduling_section(results: list[Result], out_dir: Path, stem: str,
                         written: set[Path], title: str) -> list[Block]:
     """Scheduling outcomes from the simulator: each predictor's score (the share of the
     oracle's latency gain over the same dispatcher with FCFS) with its interval and its
@@ -199,7 +199,7 @@ def _scheduling_section(results: list[Result], out_dir: Path, stem: str,
         return []
     newest: dict[tuple[str, str, Any], Result] = {}  # reruns supersede, as above
     for r in sorted(with_sched, key=lambda r: (r.created_at, r.source)):
-        newest[(r.predictor.name, _params_key(r), r.seed)] = r
+        newest[(r.predictor.name, params_key(r), r.seed)] = r
     keep = {id(r) for r in newest.values()}
     with_sched = [r for r in with_sched if id(r) in keep]
     scored = [r for r in with_sched if _sched_scored(r.scheduling)]
@@ -244,7 +244,7 @@ def _scheduling_section(results: list[Result], out_dir: Path, stem: str,
         value = None if score is None else score.get("value")
         return (-value if is_number(value) else math.inf, name)
 
-    body += [_sched_cells(_cell(name), by_name[name], metric)
+    body += [_sched_cells(cell_text(name), by_name[name], metric)
              for name in sorted(by_name, key=order)]
     lines = [Heading(3, "Scheduling"), Text(_sched_intro(first)),
              Table(_SCHED_HEADER, body, caption="scheduling"),
@@ -366,7 +366,7 @@ def _comparison_lines(scored: list[Result], main: Result) -> list[Block]:
             if not _cmp_has(records, row):
                 continue
             n_runs = sum(_cmp_has([r], row) for r in records)
-            body.append([_cell(name), label,
+            body.append([cell_text(name), label,
                          _sched_score_text(_cmp_score(records, row, metric)),
                          *(_cmp_change(records, row, key) for key, _ in _CMP_CHANGES),
                          _cmp_preemptions(records, row), str(n_runs)])

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from lenbench.leaderboard.blocks import Block, Caption, Cell, Heading, Table, Text
+from lenbench.leaderboard.cells import cell_text
 from lenbench.leaderboard.glossary import CAPTION_TITLES
 from lenbench.leaderboard.html import (
     blocks_html,
@@ -29,15 +30,9 @@ from lenbench.leaderboard.html import (
     th,
     unique_id,
 )
+from lenbench.leaderboard.metric_specs import main_spec
 from lenbench.leaderboard.provenance import card_entries
-from lenbench.leaderboard.rows import (
-    LEGEND,
-    MIN_RANKING_PROMPTS,
-    _cell,
-    _Row,
-    _row_cells,
-    row_marks,
-)
+from lenbench.leaderboard.rows import MIN_RANKING_PROMPTS, Row, main_legend, metric_cell, row_marks
 from lenbench.results import Result
 
 PAGE_PREFIX = "world-"
@@ -52,7 +47,7 @@ class World:
     title: str  # the section's heading (inline markdown)
     stem: str  # file stem its plots share
     blocks: list[Block]
-    rows: list[_Row]
+    rows: list[Row]
     results: list[Result]  # its successful results
     too_few: int | None  # its test prompts, when too few to rank predictors on
 
@@ -61,12 +56,12 @@ class World:
         return f"{PAGE_PREFIX}{self.stem}.html"
 
 
-def row_kinds(row: _Row) -> list[str]:
+def row_kinds(row: Row) -> list[str]:
     """What a row predicts: static totals, dynamic remaining lengths, distributions."""
     if row.kind == "reference":
         return ["reference"]
-    kinds = ["static"] if row.values("static", "mae") else []
-    if row.values("dynamic", "mae"):
+    kinds = ["static"] if row.values("static.mae") else []
+    if row.values("dynamic.mae"):
         kinds.append("dynamic")
     if row.variant is None and any(r.metrics.distribution for r in row.results):
         kinds.append("distributional")
@@ -95,7 +90,7 @@ def _top(worlds: list[World], current: str = "") -> str:
 
 def _overview(worlds: list[World]) -> str:
     """The index table: one row per predictor label, one column per world."""
-    entries: dict[tuple[str, str], dict[int, _Row]] = {}
+    entries: dict[tuple[str, str], dict[int, Row]] = {}
     kinds: dict[tuple[str, str], set[str]] = {}
     for i, world in enumerate(worlds):
         for row in world.rows:
@@ -122,14 +117,14 @@ def _overview(worlds: list[World]) -> str:
     body = []
     for key in sorted(entries, key=order):
         label, kind = key
-        name = f"*{_cell(label)}* (ref)" if kind == "reference" else _cell(label)
+        name = f"*{cell_text(label)}* (ref)" if kind == "reference" else cell_text(label)
         cells = [td(name, True), td(", ".join(k for k in KINDS if k in kinds[key]), True)]
         for i, world in enumerate(worlds):
             row = entries[key].get(i)
             if row is None:
                 cells.append(td("", attrs=f' data-world="{i}"'))
                 continue
-            mae = _row_cells(row)[1]
+            mae = metric_cell(row, main_spec("static.mae"))
             rank = world_ranks[i].get(id(row))
             shown = "" if rank is None else (f"({rank}) · " if world.too_few else
                                              f"**{rank}** · ")
@@ -173,7 +168,7 @@ def index_page(worlds: list[World], intro: list[Block], failures: list[Block]) -
             blocks_html(failures, {}, ids=set(_RESERVED_IDS)),
             glossary_html([("g-index", CAPTION_TITLES["index"], INDEX_NOTE),
                            ("g-main", CAPTION_TITLES["main"],
-                            LEGEND.replace("REF", "the reference"))])]
+                            main_legend().replace("REF", "the reference"))])]
     return page_html("lenbench leaderboard", _top(worlds), "\n".join(b for b in body if b))
 
 

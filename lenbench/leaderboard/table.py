@@ -58,21 +58,35 @@ def _scheduling_score(result: Result) -> Iterable[tuple[str, float]]:
                 yield f"scheduling.{name}", number
 
 
+def result_figures(result: Result) -> list[tuple[str, str, float]]:
+    """(variant, metric, value) of every figure of one result: the rows of the tidy table."""
+    metrics = result.metrics
+    out: list[tuple[str, str, float]] = []
+    for part, block in (("static", metrics.static), ("dynamic", metrics.dynamic)):
+        out += [("", m, v) for m, v in _scalars(part, block)]
+    for variant, block in sorted(metrics.variants.items()):
+        out += [(variant, m, v) for m, v in _scalars("static", block)]
+    out += [("", m, v) for m, v in _scalars("timings", dict(result.timings.items()))]
+    out += [("", m, v) for m, v in _scheduling_score(result)]
+    return out
+
+
+def figures(result: Result, variant: str | None = None) -> dict[str, float]:
+    """One reading of a result as the leaderboard's rows read it, by metric name: the
+    predictor's own figures, or a variant's static figures beside the run's timings and
+    scheduling score (a variant has no dynamic figures of its own)."""
+    own = variant or ""
+    return {metric: value for var, metric, value in result_figures(result)
+            if var == own or (var == "" and not metric.startswith(("static.", "dynamic.")))}
+
+
 def result_rows(result: Result) -> list[dict[str, Any]]:
     """The tidy rows of one result (a failed run gives none: it has no figures)."""
     ident = {"dataset": result.dataset.name, "model": result.model.name,
              "predictor": result.predictor.name, "seed": result.seed, "kind": result.kind,
              "status": result.status, "protocol_version": result.protocol_version}
-    metrics = result.metrics
-    figures: list[tuple[str, str, float]] = []
-    for part, block in (("static", metrics.static), ("dynamic", metrics.dynamic)):
-        figures += [("", m, v) for m, v in _scalars(part, block)]
-    for variant, block in sorted(metrics.variants.items()):
-        figures += [(variant, m, v) for m, v in _scalars("static", block)]
-    figures += [("", m, v) for m, v in _scalars("timings", dict(result.timings.items()))]
-    figures += [("", m, v) for m, v in _scheduling_score(result)]
     return [{**ident, "variant": variant, "metric": metric, "value": value}
-            for variant, metric, value in figures]
+            for variant, metric, value in result_figures(result)]
 
 
 def results_table(results: Iterable[Result]) -> pd.DataFrame:

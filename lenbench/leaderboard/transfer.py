@@ -7,23 +7,16 @@ fingerprints, with each predictor's transfer MAE beside its in-world MAE from th
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from lenbench.leaderboard.blocks import Block, Caption, Heading, Table, Text
-from lenbench.leaderboard.rows import (
-    DASH,
-    _build_rows,
-    _cell,
-    _mean,
-    _mean_std,
-    _num,
-    _Row,
-    finite,
-)
+from lenbench.leaderboard.cells import DASH, cell_text, mean, mean_std
+from lenbench.leaderboard.metric_specs import main_spec
+from lenbench.leaderboard.rows import Row, build_rows, metric_cell
+from lenbench.leaderboard.table import figures
 from lenbench.results import Metrics, Result, Transfer
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import choose_reference, paired_cell
@@ -50,38 +43,22 @@ def _as_result(r: Result, t: Transfer) -> Result:
                    predictions=t.predictions)
 
 
-def _mae_cells(row: _Row) -> tuple[str, str]:
-    """(MAE, 95% CI) of a row; a noise floor shows its bounds and their joined interval."""
-    bounds = row.results[0].metrics.noise_floor if row.kind == "reference" else None
-    if bounds is not None and is_number(bounds.get("in_sample")):
-        interval = bounds.get("interval")
-        return (f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}",
-                DASH if not interval else f"[{interval[0]:.1f}, {interval[1]:.1f}]")
-    cis = [c for r in row.results
-           if isinstance(c := (r.metrics.static or {}).get("mae_ci"), list) and len(c) == 2]
-    ci = DASH if not cis else (f"[{statistics.fmean(c[0] for c in cis):.1f}, "
-                               f"{statistics.fmean(c[1] for c in cis):.1f}]")
-    return _mean_std(row.values("static", "mae")), ci
+def _in_world_values(row: Row, home: dict[int, Result], key: str) -> list[float]:
+    """A figure (`static.mae`, `dynamic.mae`) of the row's results in their own world."""
+    return [f[key] for r in row.results if key in (f := figures(home[id(r)]))]
 
 
-def _in_world_values(row: _Row, home: dict[int, Result], part: str) -> list[float]:
-    """The MAE (`part`: "static" or "dynamic") the row's results scored in their own world."""
-    metrics = [home[id(r)].metrics for r in row.results]
-    return finite(((m.static if part == "static" else m.dynamic) or {}).get("mae")
-                  for m in metrics)
-
-
-def _in_world(row: _Row, home: dict[int, Result]) -> str:
+def _in_world(row: Row, home: dict[int, Result]) -> str:
     """The same results' in-world MAE; a noise floor's in-world bounds."""
     bounds = home[id(row.results[0])].metrics.noise_floor
     if row.kind == "reference" and bounds is not None and is_number(bounds.get("in_sample")):
         return f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}"
-    return _mean_std(_in_world_values(row, home, "static"))
+    return mean_std(_in_world_values(row, home, "static.mae"))
 
 
-def _change(row: _Row, home: dict[int, Result]) -> str:
-    away = _mean(row.values("static", "mae"))
-    own = _mean(_in_world_values(row, home, "static"))
+def _change(row: Row, home: dict[int, Result]) -> str:
+    away = mean(row.values("static.mae"))
+    own = mean(_in_world_values(row, home, "static.mae"))
     if row.kind == "reference" or away is None or own is None:
         return DASH
     return f"{away - own:+.1f}"
@@ -90,7 +67,7 @@ def _change(row: _Row, home: dict[int, Result]) -> str:
 def _set_line(side: str, block: Mapping[str, Any]) -> str:
     keys = block.get("keys") or {}
     fp = _fingerprint(block)
-    return (f"{side} **{_cell(block.get('name'))}**: promptset `{keys.get('promptset')}`, "
+    return (f"{side} **{cell_text(block.get('name'))}**: promptset `{keys.get('promptset')}`, "
             f"labels `{block.get('key')}`" + (f" (fingerprint `{fp[:8]}`)" if fp else "")
             + f", {block.get('n_rows')} rows from {block.get('n_prompts')} prompts")
 
@@ -100,14 +77,14 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
     """The table of one transfer set: its results, each with its transfer scores."""
     _, newest = max(results, key=lambda rt: (rt[0].created_at, rt[0].source))
     home, away = newest.trained_on, newest.scored_on
-    lines = [Heading(3, f"Transfer: trained on {_cell(home['name'])}, scored on "
-                        f"{_cell(away['name'])}"),
-             Text(f"Fitted on {_cell(home['name'])}'s train split ({home.get('n_train')} "
+    lines = [Heading(3, f"Transfer: trained on {cell_text(home['name'])}, scored on "
+                        f"{cell_text(away['name'])}"),
+             Text(f"Fitted on {cell_text(home['name'])}'s train split ({home.get('n_train')} "
                   f"rows; val {home.get('n_val')}) and scored on every prompt of "
-                  f"{_cell(away['name'])}, all of its splits: {away.get('n_scored')} rows from "
+                  f"{cell_text(away['name'])}, all of its splits: {away.get('n_scored')} rows from "
                   f"{away.get('n_scored_prompts')} prompts ({away.get('n_prompts_left_out')} "
-                  f"prompts left out: also in {_cell(home['name'])}'s train or val split). Same "
-                  "model and generation settings."),
+                  f"prompts left out: also in {cell_text(home['name'])}'s train or val split). "
+                  "Same model and generation settings."),
              Text(_set_line("Trained on", home) + "."),
              Text(_set_line("Scored on", away) + f", mean L {away.get('mean_L') or 0:.1f}.")]
     if is_number(away.get("n_scored_prompts")) and away["n_scored_prompts"] < min_prompts:
@@ -117,23 +94,23 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
     pairs = [(r, t) for r, t in results if t.metrics and t.metrics.static]
     scored = [_as_result(r, t) for r, t in pairs]
     in_world = {id(away): r for away, (r, _) in zip(scored, pairs)}  # for the in-world scores
-    rows, _ = _build_rows(scored)
+    rows, _ = build_rows(scored)
     names = sorted({r.name for r in rows if r.kind == "predictor"})
     ref_name = choose_reference(names, reference)
     ref = next((r for r in rows if r.name == ref_name and r.kind == "predictor"), None)
     body = []
+    mae, ci, tau, dynamic = (main_spec(key) for key in ("static.mae", "static.mae_ci",
+                                                        "static.kendall_tau", "dynamic.mae"))
     for row in rows:
-        mae, ci = _mae_cells(row)
         delta = DASH
         if ref is not None and row.kind == "predictor":
             delta = "(reference)" if row is ref else paired_cell(row.scored_rows(),
                                                                   ref.scored_rows())
-        name = _cell(row.base_label) + (" (ref)" if row.kind == "reference" else "")
-        body.append([f"*{name}*" if row.kind == "reference" else name, mae, ci, delta,
-                     _in_world(row, in_world), _change(row, in_world),
-                     _num(_mean(row.values("static", "kendall_tau")), 3),
-                     _mean_std(row.values("dynamic", "mae")),
-                     _mean_std(_in_world_values(row, in_world, "dynamic")),
+        name = cell_text(row.base_label) + (" (ref)" if row.kind == "reference" else "")
+        body.append([f"*{name}*" if row.kind == "reference" else name, metric_cell(row, mae),
+                     metric_cell(row, ci), delta, _in_world(row, in_world),
+                     _change(row, in_world), metric_cell(row, tau), metric_cell(row, dynamic),
+                     mean_std(_in_world_values(row, in_world, "dynamic.mae")),
                      str(len(row.results))])
     header = ["Predictor", "Transfer MAE", "95% CI", f"Δ vs {ref_name or 'reference'}",
               "In-world MAE", "Change", "Kendall τ", "Dynamic MAE", "In-world dynamic MAE",
@@ -144,12 +121,12 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
                     key=lambda re: (re[0].predictor.name, re[0].seed))
     if errors:
         lines += [Text("Failed on the transfer set (their in-world scores stand): " + "; ".join(
-            f"{_cell(r.predictor.name)} (seed {r.seed}): {_cell(error.type)}: "
-            f"{_cell((error.message.splitlines() or [''])[0])}" for r, error in errors) + ".")]
+            f"{cell_text(r.predictor.name)} (seed {r.seed}): {cell_text(error.type)}: "
+            f"{cell_text((error.message.splitlines() or [''])[0])}" for r, error in errors) + ".")]
     return lines
 
 
-def _transfer_section(ok: list[Result], reference: str, min_prompts: int) -> list[Block]:
+def transfer_section(ok: list[Result], reference: str, min_prompts: int) -> list[Block]:
     """One table per transfer set scored from this world's results (none: no lines)."""
     groups: dict[tuple[str, str], list[tuple[Result, Transfer]]] = defaultdict(list)
     for r in ok:
