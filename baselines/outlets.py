@@ -40,7 +40,7 @@ from lenbench.outlets.vocab import build_draft_vocab
 
 log = logging.getLogger(__name__)
 VARIANTS = ("outlets", "lp_only", "sd_only", "no_decoder")
-INFERRED = {  # choices the paper leaves open, recorded in every result (README: OUTLETS)
+INFERRED = {  # choices the paper leaves open, recorded in every result (docs/predictors.md)
     "fusion_layers": "hs[2], hs[L//2], hs[L-3] (EAGLE-3 code; the paper writes N-2 at the top)",
     "length_loss_step": "TTT step 0 only, every response position",
     "static_position": "last prompt position, token input y_1",
