@@ -23,6 +23,7 @@ from lenbench.pipeline import World
 from lenbench.results import (
     PROTOCOL_VERSION,
     SCHEMA_VERSION,
+    computing_params,
     config_hash,
     environment_info,
     git_info,
@@ -56,7 +57,7 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
                  predictor_cfg: dict) -> dict[str, Any]:
     identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval", "sim")
                 if k in cfg}
-    identity.update(predictor=predictor_cfg, seed=seed)
+    identity.update(predictor=computing_params(predictor_cfg), seed=seed)
     if cfg.get("transfer") is not None:  # a run that also scores a transfer set: a file of its own
         identity["transfer"] = cfg["transfer"]
     return {

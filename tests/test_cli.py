@@ -75,6 +75,19 @@ def test_multirun_predictors_by_seeds(e2e: E2ERun, tmp_path):
     assert rows["mlp_probe"].split(" | ")[1] == f"{mean:.1f} ± {std:.1f}"
 
 
+
+def test_progress_flag_does_not_rename_the_result(e2e: E2ERun, tmp_path):
+    """`progress` changes what a run shows, not what it computes: the same result file, one row."""
+    for flag in ("true", "false"):
+        _ok(run_lenbench("predictor=mlp_probe", *E2E_UPSTREAM, f"progress={flag}",
+                         *e2e.paths(tmp_path / "results", tmp_path / "board")))
+    files = sorted(p.relative_to(tmp_path / "results").as_posix()
+                   for p in (tmp_path / "results").rglob("*.json") if "noise_floor" not in p.parts)
+    assert len(files) == 1, files
+    assert json.loads((tmp_path / "results" / files[0]).read_text())["predictor"]["params"][
+        "progress"] is False  # the rerun overwrote it, and records what it ran with
+    assert "mlp_probe" in _metric_rows((tmp_path / "board" / "README.md").read_text())
+
 def test_failing_predictor_is_recorded_and_the_others_written(e2e: E2ERun, tmp_path):
     proc = run_lenbench("predictor=boom,constant", SEARCHPATH, *E2E_UPSTREAM,
                         *e2e.paths(tmp_path / "results", tmp_path / "board"),

@@ -147,6 +147,24 @@ def test_other_params_get_their_own_row(tmp_path: Path) -> None:
     assert len(labelled) == 2 and labelled[0] != labelled[1]  # never averaged together
 
 
+
+def test_display_only_params_share_a_row(tmp_path: Path) -> None:
+    """A rerun that differs only in `progress` supersedes the first instead of splitting the row."""
+    res = tmp_path / "res"
+    shutil.copytree(GOLDEN, res)
+    first = next(r for r in load_results(res)[0] if r.predictor.name == "mlp_probe")
+    other = json.loads((res / first.source).read_text(encoding="utf-8"))
+    other["predictor"]["params"] = {**first.predictor.params, "progress": not
+                                    first.predictor.params.get("progress", False)}
+    other["config_hash"], other["created_at"] = "eeeeeeeeeeee", "2099-01-01T00:00:00Z"
+    other["metrics"]["static"]["mae"] = 1234.5
+    write_result(result_path(res, "toyworld", "toy", "mlp_probe", "eeeeeeeeeeee"), other)
+    rows = _table_rows(build_leaderboard(res, tmp_path / "out").read_text())
+    names = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    assert names.count("mlp_probe") == 1 and not any("[params" in n for n in names)
+    row = next(r for r in rows if r.startswith("| mlp_probe |"))
+    assert float(row.split(" | ")[1].split(" ± ")[0]) > 600  # seed 0's newest run, 1234.5, counts
+
 # ---------------------------------------------------------------------------------------------
 # predictor details: Predictor.report() and the dynamic observed-steps table, on synthetic results
 

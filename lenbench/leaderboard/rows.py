@@ -19,7 +19,13 @@ from lenbench.leaderboard.blocks import LEFT, RIGHT
 from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.metric_specs import MetricSpec, main_spec
 from lenbench.leaderboard.table import figures
-from lenbench.results import PROTOCOL_VERSION, Predictions, Result, config_hash
+from lenbench.results import (
+    PROTOCOL_VERSION,
+    Predictions,
+    Result,
+    computing_params,
+    config_hash,
+)
 from lenbench.results.checks import is_number
 
 __all__ = ["MIN_RANKING_PROMPTS", "Row", "build_rows", "earlier_protocol", "main_align",
@@ -110,8 +116,9 @@ def _row_label(row: Row) -> str | None:
 
 
 def params_key(r: Result) -> str:
-    """What tells apart runs of one predictor with other arguments."""
-    return config_hash(r.predictor.params)
+    """What tells apart runs of one predictor with other arguments (display-only ones, such as
+    `progress`, do not)."""
+    return config_hash(computing_params(r.predictor.params))
 
 
 def build_rows(ok: list[Result]) -> tuple[list[Row], int]:

@@ -13,7 +13,8 @@ contract between a run and everything that reads it later. Shape of a result::
     model           {name, key, source: optional (where converted weights came from)}
     predictor       {name, target, params, dynamic, reads_next_token: optional}
     seed            int
-    config_hash     str  (config_hash() of the resolved config, seed included)
+    config_hash     str  (config_hash() of the resolved config, seed included, the predictor's
+                    display-only settings left out: `computing_params`)
     metrics         {static: static_metrics() | null, dynamic: dynamic_metrics() | null,
                      variants: {name: static_metrics()}, distribution: optional
                      {static, dynamic} (lenbench.results.distribution_checks), noise_floor: the
@@ -81,16 +82,27 @@ from lenbench.results.validation import validate_result
 from lenbench.results.versions import PROTOCOL_CHANGES, PROTOCOL_VERSION, SCHEMA_VERSION
 from lenbench.stages import atomic_write_bytes
 
-__all__ = ["PROTOCOL_CHANGES", "PROTOCOL_VERSION", "SCHEMA_VERSION", "DatasetInfo",
-           "DistributionScores", "ErrorInfo", "Fingerprints", "Metrics", "ModelInfo",
-           "PredictorInfo", "Predictions", "Result", "ResultError", "Timings", "Transfer",
-           "config_hash", "environment_info", "git_info", "json_safe", "load_result",
-           "load_results", "read_result", "result_path", "safe_name", "utc_now",
-           "validate_result", "write_result"]
+__all__ = ["DISPLAY_ONLY_KEYS", "PROTOCOL_CHANGES", "PROTOCOL_VERSION", "SCHEMA_VERSION",
+           "DatasetInfo", "DistributionScores", "ErrorInfo", "Fingerprints", "Metrics",
+           "ModelInfo", "PredictorInfo", "Predictions", "Result", "ResultError", "Timings",
+           "Transfer", "computing_params", "config_hash", "environment_info", "git_info",
+           "json_safe", "load_result", "load_results", "read_result", "result_path", "safe_name",
+           "utc_now", "validate_result", "write_result"]
 
 
 # ---------------------------------------------------------------------------------------------
 # identity and paths
+
+
+# Predictor settings that change how a run shows itself while it runs, never what it computes.
+DISPLAY_ONLY_KEYS = frozenset({"progress"})
+
+
+def computing_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A predictor's settings less the display-only ones (`DISPLAY_ONLY_KEYS`): what a run's
+    identity is made of, so that turning a progress bar on or off neither renames a result file
+    nor splits a leaderboard row."""
+    return {k: v for k, v in params.items() if k not in DISPLAY_ONLY_KEYS}
 
 
 def config_hash(cfg: Mapping[str, Any]) -> str:
