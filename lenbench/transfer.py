@@ -221,12 +221,13 @@ def attach_transfer(result: dict[str, Any], predictor: Predictor, name: str, wor
 
 def transfer_noise_floor(world: World, tworld: World, cfg: dict) -> dict[str, Any] | None:
     """The noise floor's `transfer` block: the same bounds as the world's reference row, on the
-    transfer set's scored rows (uncensored rows of prompts with at least two of them)."""
+    transfer set's scored rows of prompts with two samples or more, censored ones included (at
+    their cut-off, scored as the predictors' are: scoring/noise_floor.py)."""
     ev = group_settings(cfg, "eval")
     rows, overlap = transfer_rows(world, tworld)
-    exact = rows[~tworld.labels["censored"].to_numpy(dtype=bool)[rows]]
-    true = tworld.labels["L"].to_numpy(dtype=np.float64)[exact]
-    groups = tworld.labels["prompt_id"].to_numpy()[exact]
+    true = tworld.labels["L"].to_numpy(dtype=np.float64)[rows]
+    groups = tworld.labels["prompt_id"].to_numpy()[rows]
+    censored = tworld.labels["censored"].to_numpy(dtype=bool)[rows]
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None
@@ -234,9 +235,11 @@ def transfer_noise_floor(world: World, tworld: World, cfg: dict) -> dict[str, An
     keep = np.isfinite(pred)
     block = _block(world, tworld, rows, overlap)
     block["metrics"] = {
-        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=0, ci=ci),
-        "noise_floor": noise_floor_bounds(true, groups, n_boot=n_boot, seed=0, ci=ci),
+        "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=0, ci=ci,
+                                 censored=censored),
+        "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot, seed=0, ci=ci),
         "dynamic": None}
     block["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),
-                            "prompt_id": [str(g) for g in groups[keep]]}
+                            "prompt_id": [str(g) for g in groups[keep]],
+                            "censored": censored[keep].tolist()}
     return block

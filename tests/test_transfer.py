@@ -116,6 +116,24 @@ def test_the_noise_floor_is_bounded_on_the_transfer_rows():
     assert bounds["in_sample"] == pytest.approx(gaps.mean() / 2)
 
 
+
+def test_the_transfer_noise_floor_keeps_censored_rows():
+    """Censored samples count at their cut-off, as in the world's own reference row."""
+    away = _world([(f"q{i}", "test", [40 + 11 * i, 60 + 9 * i]) for i in range(12)], "away")
+    away.labels.loc[[0, 3, 5], "censored"] = True  # q0's first sample, q1's second, q2's second
+    block = transfer_noise_floor(HOME, away, CFG)
+    bounds = block["metrics"]["noise_floor"]
+    assert bounds["n"] == 24 and bounds["n_censored"] == 3
+    assert block["predictions"]["censored"].count(True) == 3
+    assert block["metrics"]["static"]["n"] == 24
+    # leave-one-out: each row predicted by its sibling, a censored row's error only where the
+    # sibling falls short of its cut-off
+    L = away.labels["L"].to_numpy(float)
+    sib = L.reshape(-1, 2)[:, ::-1].reshape(-1)
+    cens = away.labels["censored"].to_numpy(bool)
+    expected = np.abs(censored_error(sib, L, cens)).mean()
+    assert bounds["leave_one_out"] == pytest.approx(expected)
+
 def _result(block: dict, name: str, mae: float, seed: int = 0) -> dict:
     return {"schema_version": 1, "status": "ok", "error": None, "kind": "predictor",
             "dataset": {"name": "home", "key": "k", "n_test": 20, "n_test_prompts": 10},

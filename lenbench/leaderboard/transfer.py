@@ -27,8 +27,9 @@ TRANSFER_LEGEND = (
     "same transfer rows, **bold** where its 95% interval excludes 0. In-world MAE: the same runs' "
     "MAE on this world's test split; Change: transfer minus in-world (positive: worse on the "
     "other prompt set). Dynamic: remaining-length MAE on the transfer set and in-world. "
-    "*noise_floor* (ref): the in-sample – leave-one-out bounds on the transfer set's uncensored "
-    "rows of prompts with two samples or more."
+    "*noise_floor* (ref): the in-sample – leave-one-out bounds on the transfer set's rows of "
+    "prompts with two samples or more, censored rows counted at their cut-off as the predictors' "
+    "are."
 )
 
 
