@@ -37,10 +37,17 @@ def test_shifted_distribution_is_detected():
     short = rng.integers(10, 60, 200).tolist()
     long = (np.array(short) + 80).tolist()
     report = parity_report(_labels(short), _labels(long, finish=["length"] * 200))
-    assert report["identical"] == 0
+    assert report["identical"] == 0 and report["both_censored"] == 0
     assert report["ks"]["p_value"] < 1e-6 and report["mann_whitney"]["p_value"] < 1e-6
     assert report["reference"]["eos_share"] == 1.0 and report["other"]["eos_share"] == 0.0
     assert report["other"]["mean_L"] == pytest.approx(report["reference"]["mean_L"] + 80)
+
+
+def test_samples_cut_at_the_cap_on_both_sides_are_counted():
+    a = _labels([5, 9, 9], finish=["stop", "length", "length"])
+    b = _labels([5, 9, 7], finish=["stop", "length", "stop"])
+    report = parity_report(a, b)
+    assert report["same_L"] == 2 and report["both_censored"] == 1
 
 
 def test_only_common_rows_are_compared():

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+from lenbench.worlds.pack import CPU_FLAGS
 from lenbench.worlds.shipped import ShippedWorld
 
 
@@ -42,7 +44,7 @@ def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
     splits = [first_difference(list(a), list(b))
               for a, b in zip(ref["output_token_ids"], oth["output_token_ids"])]
     parted = [s for s in splits if s is not None]
-    la, lb = ref["L"].to_numpy(float), oth["L"].to_numpy(float)
+    la, lb = ref["L"].to_numpy(float), oth["L"].to_numpy(float)  # censored: at the cap, both
 
     def side(df: pd.DataFrame, lengths: np.ndarray) -> dict:
         return {"mean_L": float(lengths.mean()), "median_L": float(np.median(lengths)),
@@ -54,6 +56,8 @@ def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
             "n_prompts": int(common.get_level_values(0).nunique()),
             "identical": int(len(splits) - len(parted)),
             "same_L": int((la == lb).sum()),
+            "both_censored": int(((ref["finish_reason"] == "length").to_numpy()
+                                  & (oth["finish_reason"] == "length").to_numpy()).sum()),
             "median_first_difference": float(np.median(parted)) if parted else None,
             "reference": side(ref, la), "other": side(oth, lb),
             "ks": {"statistic": float(ks.statistic), "p_value": float(ks.pvalue)},
@@ -73,7 +77,13 @@ def main(argv: list[str] | None = None) -> None:
     report["world"] = world.name
     report["other_card"] = {k: v for k, v in json.loads(
         (args.stage / "card.json").read_text()).items()
-        if k in ("model_dtype", "sampling", "seed", "backend")}
+        if k in ("model_dtype", "sampling", "seed", "backend", "sample_key")}
+    # where the other labels were compared (the stage's card does not record the machine: run
+    # this where they were generated)
+    report["measured_on"] = {"cpu": cpu_description(CPU_FLAGS),
+                             "packages": package_versions(("torch", "transformers")),
+                             "lenbench_commit": lenbench_commit(),
+                             "other_stage": args.stage.name}
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
