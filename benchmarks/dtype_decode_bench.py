@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from lenbench.generation.hf import cache_kwarg
 from lenbench.models.build_info import cpu_description
 from lenbench.models.loading import model_folder
 
@@ -31,12 +32,13 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 @torch.inference_mode()
 def time_steps(model, batch: torch.Tensor, steps: int) -> float:
     """Seconds per decode step after a prefill of `batch`."""
+    arg = cache_kwarg(model)
     out = model(batch, use_cache=True)
-    cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    cache, nxt = out[arg], out.logits[:, -1:].argmax(-1)
     t0 = time.perf_counter()
     for _ in range(steps):
-        out = model(nxt, past_key_values=cache, use_cache=True)
-        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        out = model(nxt, use_cache=True, **{arg: cache})
+        cache, nxt = out[arg], out.logits[:, -1:].argmax(-1)
     return (time.perf_counter() - t0) / steps
 
 

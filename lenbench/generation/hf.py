@@ -117,7 +117,7 @@ def _sample_candidates(probs: torch.Tensor, u: torch.Tensor, top_p: float,
     return found.squeeze(1), ids.gather(1, pick.clamp(max=k - 1)).squeeze(1)
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """transformers >= 5.2x names the cache argument `cache`; earlier releases `past_key_values`."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -196,7 +196,7 @@ class HFGenerator(Generator):
         self.spare_columns = spare_columns
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self._cache_arg = _cache_kwarg(model)
+        self._cache_arg = cache_kwarg(model)
         layer_types = getattr(model.config, "layer_types", None) or []
         # sliding-window layers (Gemma 3) need their own mask: a 4-D mask is used as given
         self.window = getattr(model.config, "sliding_window", None) \
