@@ -13,6 +13,7 @@ import importlib.metadata
 import inspect
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -236,6 +237,9 @@ def test_package_source_and_fingerprint(data_package, monkeypatch) -> None:
     assert card["source"]["package"] == {"module": name, "distribution": name, "version": "9.9"}
     first = source_fingerprint({"package": name, "path": None})
     assert first and first == source_fingerprint({"package": name})
+    st = data.stat()  # a reinstall of the same version: the same file, a new mtime
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert source_fingerprint({"package": name}) == first
     data.write_text(dump(ROWS[:2], "pretty"), encoding="utf-8")  # a new file: a new key
     assert source_fingerprint({"package": name}) != first
     with pytest.raises(SourceError, match="set one"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -398,7 +399,11 @@ def test_fingerprint_follows_the_file(tmp_path: Path) -> None:
     first = source_fingerprint({"path": str(f)})
     assert first and first == source_fingerprint({"path": str(f)})
     write_lines(f, [{"prompt": "one two"}, {"prompt": "three four"}])
-    assert source_fingerprint({"path": str(f)}) != first
+    second = source_fingerprint({"path": str(f)})
+    assert second != first
+    st = f.stat()  # a local file edited in place keeps its size: its mtime still tells
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert source_fingerprint({"path": str(f)}) != second
     assert source_fingerprint({"path": None, "hub_id": "x/y"}) is None
 
 

@@ -175,13 +175,16 @@ def source_from_config(ds: Mapping) -> Iterable[RawPrompt | Rejected]:
 
 
 def source_fingerprint(ds: Mapping) -> str | None:
-    """Identity of a local `dataset.path` (names, sizes, mtimes), for the promptset cache key.
+    """Identity of a local `dataset.path` or of the file a `dataset.package` ships, for the
+    promptset cache key.
 
-    The config alone does not change when the file behind `path` does, nor when a reinstall
-    changes the file a `dataset.package` ships (fingerprinted like a path, plus its version);
-    None for hub or generated sources, whose identity is their config.
+    The config alone does not change when the file behind `path` does (names, sizes and mtimes
+    are hashed), nor when a reinstall changes the file a package ships (its version, names and
+    sizes: not mtimes, which every install of the same wheel sets anew, so that two machines, or
+    a new virtual environment, reach the same key and reuse what is cached under it). None for
+    hub or generated sources, whose identity is their config.
     """
-    path, h = ds.get("path"), hashlib.sha256()
+    path, h, packaged = ds.get("path"), hashlib.sha256(), False
     if not path and ds.get("package"):
         from lenbench.data.sources.reading import SourceError, package_file
 
@@ -190,6 +193,7 @@ def source_fingerprint(ds: Mapping) -> str | None:
         except SourceError:
             return None  # the source itself reports the missing package
         h.update(f"{pkg['distribution']}=={pkg['version']}\n".encode())
+        packaged = True
     if not path:
         return None
     root = Path(str(path)).expanduser()
@@ -198,8 +202,9 @@ def source_fingerprint(ds: Mapping) -> str | None:
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     for f in files:
         st = f.stat()
-        h.update(f"{f.relative_to(root) if root.is_dir() else f.name}:{st.st_size}:"
-                 f"{st.st_mtime_ns}\n".encode())
+        name = f.relative_to(root) if root.is_dir() else f.name
+        h.update(f"{name}:{st.st_size}".encode()
+                 + (b"\n" if packaged else f":{st.st_mtime_ns}\n".encode()))
     return h.hexdigest()[:16]
 
 
