@@ -165,6 +165,27 @@ def test_display_only_params_share_a_row(tmp_path: Path) -> None:
     row = next(r for r in rows if r.startswith("| mlp_probe |"))
     assert float(row.split(" | ")[1].split(" ± ")[0]) > 600  # seed 0's newest run, 1234.5, counts
 
+
+@pytest.mark.parametrize("other_model_key", [False, True])
+def test_other_dataset_keys_on_the_same_labels_are_not_a_warning(tmp_path: Path,
+                                                                  other_model_key) -> None:
+    """A dataset key reached another way (a source file installed anew) with the same labels
+    fingerprint scores the same rows; another model key may not, and still warns."""
+    res = tmp_path / "res"
+    shutil.copytree(GOLDEN, res)
+    shutil.rmtree(res / "toyworld" / "toy" / "broken")
+    for f in res.rglob("*.json"):
+        d = json.loads(f.read_text(encoding="utf-8"))
+        d["fingerprints"] = {"labels": "abcdef0123456789", "features": None}
+        if "mlp_probe" in f.parts:
+            d["dataset"]["key"] = "ds0002"
+            if other_model_key:
+                d["model"]["key"] = "m0002"
+        f.write_text(json.dumps(d), encoding="utf-8")
+    board = build_leaderboard(res, tmp_path / "out").read_text()
+    assert "dataset key `ds0001`, `ds0002` (the same labels, `abcdef01`)" in board
+    assert ("more than one build" in board) == other_model_key
+
 # ---------------------------------------------------------------------------------------------
 # predictor details: Predictor.report() and the dynamic observed-steps table, on synthetic results
 

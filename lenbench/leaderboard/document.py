@@ -191,15 +191,20 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
         info.append(f"test set: {' / '.join(n_test)} rows"
                     + (f" from {' / '.join(n_prompts)} prompts" if n_prompts else ""))
     ds_keys, model_keys = distinct(lambda r: r.dataset.key), distinct(lambda r: r.model.key)
+    # one labels fingerprint: other dataset keys only took other paths to the same labels (a
+    # source file installed anew, say), and the rows are scored on the same data
+    same_labels = fingerprint is not None and all(r.labels_fingerprint == fingerprint for r in ok)
     if ds_keys:
-        info.append("dataset key " + ", ".join(f"`{k}`" for k in ds_keys))
+        info.append("dataset key " + ", ".join(f"`{k}`" for k in ds_keys)
+                    + (f" (the same labels, `{fingerprint[:8]}`)"
+                       if same_labels and len(ds_keys) > 1 else ""))
     if model_keys:
         info.append("model key " + ", ".join(f"`{k}`" for k in model_keys))
     if info:
         text = "; ".join(info)
         lines.append(Text(text[0].upper() + text[1:] + ".", "provenance"))
     lines += provenance_blocks(ok)
-    if len(ds_keys) > 1 or len(model_keys) > 1:
+    if (len(ds_keys) > 1 and not same_labels) or len(model_keys) > 1:
         lines.append(Text("**Warning:** these results come from more than one build of the data "
                           "set or model (several keys above); rows may not be comparable."))
 
