@@ -14,6 +14,7 @@ import pytest
 from lenbench.results import (
     SCHEMA_VERSION,
     ResultError,
+    computing_params,
     config_hash,
     environment_info,
     git_info,
@@ -69,6 +70,18 @@ def test_write_result_serialises_numpy_and_nan(tmp_path: Path) -> None:
 def test_result_path_is_deterministic_and_filesystem_safe(tmp_path: Path) -> None:
     p = result_path(tmp_path, "share/gpt", "meta-llama/Llama-3.2-1B", "..", "0123abcd4567")
     assert p == tmp_path / "share_gpt" / "meta-llama_Llama-3.2-1B" / "__" / "0123abcd4567.json"
+
+
+def test_display_only_settings_leave_the_identity_at_every_depth() -> None:
+    """A wrapped predictor's progress flag (conformal's `base`) is display-only too; a
+    `progress` that is not a flag is somebody's real setting and stays."""
+    on = {"alpha": 0.2, "progress": True, "base": {"_target_": "m", "progress": True, "k": 1}}
+    off = {"alpha": 0.2, "progress": False, "base": {"_target_": "m", "progress": False, "k": 1}}
+    assert config_hash(computing_params(on)) == config_hash(computing_params(off))
+    assert computing_params(on) == {"alpha": 0.2, "base": {"_target_": "m", "k": 1}}
+    assert computing_params({"progress": "by_step"}) == {"progress": "by_step"}
+    assert config_hash(computing_params({**off, "alpha": 0.1})) != \
+        config_hash(computing_params(off))
 
 
 def test_config_hash_is_stable() -> None:

@@ -95,14 +95,25 @@ __all__ = ["DISPLAY_ONLY_KEYS", "PROTOCOL_CHANGES", "PROTOCOL_VERSION", "SCHEMA_
 
 
 # Predictor settings that change how a run shows itself while it runs, never what it computes.
+# Reserved: a predictor must not give them another meaning (CONTRIBUTING.md, "Adding a
+# predictor"); only a true/false/null value is taken for the display flag.
 DISPLAY_ONLY_KEYS = frozenset({"progress"})
 
 
 def computing_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A predictor's settings less the display-only ones (`DISPLAY_ONLY_KEYS`): what a run's
-    identity is made of, so that turning a progress bar on or off neither renames a result file
-    nor splits a leaderboard row."""
-    return {k: v for k, v in params.items() if k not in DISPLAY_ONLY_KEYS}
+    """A predictor's settings less the display-only ones (`DISPLAY_ONLY_KEYS`), at every depth
+    (a wrapped predictor's own settings included): what a run's identity is made of, so that
+    turning a progress bar on or off neither renames a result file nor splits a leaderboard
+    row."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: strip(v) for k, v in value.items()
+                    if not (k in DISPLAY_ONLY_KEYS and (v is None or isinstance(v, bool)))}
+        if isinstance(value, list | tuple):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(params)
 
 
 def config_hash(cfg: Mapping[str, Any]) -> str:
