@@ -1,5 +1,8 @@
 """Decode-step speed of bfloat16 against float32 on this CPU, side by side in one process.
 
+Plain Hugging Face decode steps (KV cache, one token per row), not lenbench's generator: a
+measure of the dtype's cost on this CPU, not of the generate stage.
+
 Whether bfloat16 labels are worth making depends on the CPU: with AVX-512 BF16 or AMX its matrix
 products run natively, without them PyTorch emulates them. This loads one model twice (float32 and
 bfloat16), prefills the same random batch, then times decode steps (one token per row, KV cache
@@ -25,6 +28,7 @@ from transformers import AutoModelForCausalLM
 from lenbench.generation.hf import cache_kwarg
 from lenbench.models.build_info import cpu_description
 from lenbench.models.loading import model_folder
+from lenbench.worlds.pack import CPU_FLAGS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -69,7 +73,7 @@ def main() -> None:
     best = {name: min(s) for name, s in seconds.items()}
     report = {
         "model": str(folder), "batch": args.batch, "threads": args.threads,
-        "cpu": cpu_description(("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")),
+        "cpu": cpu_description(CPU_FLAGS),
         "torch": torch.__version__,
         "ms_per_step": {n: round(1000 * s, 1) for n, s in best.items()},
         "tokens_per_s": {n: round(args.batch / s, 1) for n, s in best.items()},

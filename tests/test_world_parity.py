@@ -30,6 +30,8 @@ def test_identical_labellings():
     assert report["identical"] == 4 and report["same_L"] == 4
     assert report["median_first_difference"] is None
     assert report["ks"]["p_value"] == pytest.approx(1.0)
+    assert report["paired"]["mean_L_difference"] == 0 and report["paired"]["ci95"] == [0, 0]
+    assert report["paired"]["wilcoxon_p_value"] is None
 
 
 def test_shifted_distribution_is_detected():
@@ -41,6 +43,17 @@ def test_shifted_distribution_is_detected():
     assert report["ks"]["p_value"] < 1e-6 and report["mann_whitney"]["p_value"] < 1e-6
     assert report["reference"]["eos_share"] == 1.0 and report["other"]["eos_share"] == 0.0
     assert report["other"]["mean_L"] == pytest.approx(report["reference"]["mean_L"] + 80)
+    assert report["paired"]["mean_L_difference"] == pytest.approx(80)
+    assert report["paired"]["ci95"] == pytest.approx([80, 80])
+
+
+def test_the_paired_interval_is_over_prompts():
+    """Two prompts shift by +10 and -10 on both samples: mean 0, an interval that spans both."""
+    a = _labels([50, 50, 50, 50])
+    b = _labels([60, 60, 40, 40])
+    paired = parity_report(a, b)["paired"]
+    assert paired["mean_L_difference"] == 0 and paired["n_prompts"] == 2
+    assert paired["ci95"][0] == pytest.approx(-10) and paired["ci95"][1] == pytest.approx(10)
 
 
 def test_samples_cut_at_the_cap_on_both_sides_are_counted():

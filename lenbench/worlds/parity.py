@@ -6,9 +6,11 @@
 Typical use: the same prompts, seeds and sampling in bfloat16 against the world's float32. On
 the samples both hold (same prompt, same sample index, so the same random stream) it reports how
 many are token-for-token identical, and where they part; then, as distributions, the mean L, the
-share ending on EOS, and two-sample tests of the lengths (Kolmogorov-Smirnov and Mann-Whitney).
-Identical samples say the numerics agree; a large p-value with few identical samples says the
-labels differ sample by sample but plausibly come from the same length distribution.
+share ending on EOS, the paired mean difference of L with a bootstrap interval over prompts (and
+a Wilcoxon signed-rank test), and unpaired two-sample tests of the lengths (Kolmogorov-Smirnov and
+Mann-Whitney; censored samples sit tied at the cap on both sides). Identical samples say the
+numerics agree; few identical samples with an interval around 0 say the labels differ sample by
+sample, and bound how far apart their mean lengths can be.
 """
 
 from __future__ import annotations
@@ -33,6 +35,28 @@ def first_difference(a, b) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def paired_difference(diff: np.ndarray, prompts: np.ndarray, n_boot: int = 2000,
+                      seed: int = 0) -> dict:
+    """The mean of `diff` (other minus reference, one value per sample) with a bootstrap 95%
+    interval over prompts, and a Wilcoxon signed-rank test on the prompts' mean differences:
+    the two labellings answer the same prompts, so their lengths pair, and the unpaired tests
+    beside it ignore that."""
+    ids, inverse = np.unique(prompts, return_inverse=True)
+    sums = np.bincount(inverse, weights=diff)
+    counts = np.bincount(inverse).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, ids.size, size=(n_boot, ids.size))
+    boot = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    per_prompt = sums / counts
+    nonzero = per_prompt[per_prompt != 0]
+    wilcoxon = stats.wilcoxon(nonzero) if nonzero.size else None
+    return {"mean_L_difference": float(diff.mean()),
+            "ci95": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))],
+            "n_prompts": int(ids.size),
+            "wilcoxon_p_value": None if wilcoxon is None else float(wilcoxon.pvalue),
+            "n_prompts_same_mean_L": int(ids.size - nonzero.size)}
+
+
 def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
     """Compare two label tables on their common (prompt_id, sample_idx) rows."""
     ref = reference.set_index(["prompt_id", "sample_idx"])
@@ -52,6 +76,7 @@ def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
 
     ks = stats.ks_2samp(la, lb)
     mw = stats.mannwhitneyu(la, lb, alternative="two-sided")
+    paired = paired_difference(lb - la, common.get_level_values(0).to_numpy())
     return {"n_samples": len(common),
             "n_prompts": int(common.get_level_values(0).nunique()),
             "identical": int(len(splits) - len(parted)),
@@ -60,6 +85,7 @@ def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
                                   & (oth["finish_reason"] == "length").to_numpy()).sum()),
             "median_first_difference": float(np.median(parted)) if parted else None,
             "reference": side(ref, la), "other": side(oth, lb),
+            "paired": paired,
             "ks": {"statistic": float(ks.statistic), "p_value": float(ks.pvalue)},
             "mann_whitney": {"statistic": float(mw.statistic), "p_value": float(mw.pvalue)}}
 
@@ -78,9 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     report["other_card"] = {k: v for k, v in json.loads(
         (args.stage / "card.json").read_text()).items()
         if k in ("model_dtype", "sampling", "seed", "backend", "sample_key")}
-    # where the other labels were compared (the stage's card does not record the machine: run
-    # this where they were generated)
-    report["measured_on"] = {"cpu": cpu_description(CPU_FLAGS),
+    # the machine the comparison ran on; the stage's card does not record where its labels were
+    # generated, so run this there (the docs say which machine made the shipped report's labels)
+    report["compared_on"] = {"cpu": cpu_description(CPU_FLAGS),
                              "packages": package_versions(("torch", "transformers")),
                              "lenbench_commit": lenbench_commit(),
                              "other_stage": args.stage.name}
