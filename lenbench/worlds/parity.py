@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+from lenbench.scoring.metrics import paired_difference
 from lenbench.worlds.pack import CPU_FLAGS
 from lenbench.worlds.shipped import ShippedWorld
 
@@ -35,23 +36,18 @@ def first_difference(a, b) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def paired_difference(diff: np.ndarray, prompts: np.ndarray, n_boot: int = 2000,
-                      seed: int = 0) -> dict:
-    """The mean of `diff` (other minus reference, one value per sample) with a bootstrap 95%
-    interval over prompts, and a Wilcoxon signed-rank test on the prompts' mean differences:
-    the two labellings answer the same prompts, so their lengths pair, and the unpaired tests
-    beside it ignore that."""
+def paired_lengths(ref_L: np.ndarray, other_L: np.ndarray, prompts: np.ndarray,
+                   n_boot: int = 2000, seed: int = 0) -> dict:
+    """The mean of other minus reference L with a bootstrap 95% interval over prompts (the
+    leaderboard's paired difference), and a Wilcoxon signed-rank test on the prompts' mean
+    differences: the two labellings answer the same prompts, so their lengths pair, and the
+    unpaired tests beside it ignore that."""
+    paired = paired_difference(other_L, ref_L, prompts, n_boot=n_boot, seed=seed)
     ids, inverse = np.unique(prompts, return_inverse=True)
-    sums = np.bincount(inverse, weights=diff)
-    counts = np.bincount(inverse).astype(np.float64)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, ids.size, size=(n_boot, ids.size))
-    boot = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
-    per_prompt = sums / counts
+    per_prompt = np.bincount(inverse, weights=other_L - ref_L) / np.bincount(inverse)
     nonzero = per_prompt[per_prompt != 0]
     wilcoxon = stats.wilcoxon(nonzero) if nonzero.size else None
-    return {"mean_L_difference": float(diff.mean()),
-            "ci95": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))],
+    return {"mean_L_difference": paired["mean"], "ci95": paired["ci"],
             "n_prompts": int(ids.size),
             "wilcoxon_p_value": None if wilcoxon is None else float(wilcoxon.pvalue),
             "n_prompts_same_mean_L": int(ids.size - nonzero.size)}
@@ -76,7 +72,7 @@ def parity_report(reference: pd.DataFrame, other: pd.DataFrame) -> dict:
 
     ks = stats.ks_2samp(la, lb)
     mw = stats.mannwhitneyu(la, lb, alternative="two-sided")
-    paired = paired_difference(lb - la, common.get_level_values(0).to_numpy())
+    paired = paired_lengths(la, lb, common.get_level_values(0).to_numpy())
     return {"n_samples": len(common),
             "n_prompts": int(common.get_level_values(0).nunique()),
             "identical": int(len(splits) - len(parted)),
