@@ -11,7 +11,9 @@ Static prediction: the draft state at the last prompt position, whose token inpu
 token the target sampled from the prefill logits): the state EAGLE-3 has right after prefill.
 Dynamic prediction: the same at position n-1+t, from one teacher-forced pass over the response.
 Training reads the target's features and teacher from a disk cache built in one target pass
-(`train.target_cache`), which sd_only's head phase reuses; prediction runs the target online.
+(`train.target_cache`), kept in the harness's cache folder and reused by every variant and seed
+trained on the same rows (and by sd_only's head phase); prediction runs the target online and
+logs progress lines.
 `OutletsQuantile` (outlets_quantile) gives the length head one monotone output per
 QUANTILE_LEVELS level, trained with the pinball loss on log1p(remaining): it predicts
 remaining-length (and, after prefill, total-length) quantiles, and the median as the point.
@@ -34,7 +36,7 @@ from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
 from lenbench.outlets.speculative import acceptance_report
-from lenbench.outlets.target_cache import open_target_cache
+from lenbench.outlets.target_cache import CacheHome, open_target_cache
 from lenbench.outlets.train import draft_states, offline_acceptance, train_draft, uses_sd
 from lenbench.outlets.vocab import build_draft_vocab
 
@@ -145,18 +147,22 @@ class Outlets(Predictor):
                                                  min(self.draft_vocab_size, vocab_size))
         self.draft = self.build(target, d2t, t2d)
         seqs = _sequences(train)
-        # one pass of the target serves both phases (sd_only's head phase reads its features)
+        # one pass of the target serves both phases (sd_only's head phase reads its features),
+        # and, kept under the harness's cache folder, every variant fitted on these rows
+        home = CacheHome.of(train.target)
         cache, cache_record = open_target_cache(target, seqs, self.train_cfg, t2d,
-                                                uses_sd(self.draft, self.train_cfg))
+                                                uses_sd(self.draft, self.train_cfg), home)
         try:
             history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg,
                                                self.seed, description=f"{self.variant} train",
-                                               progress=self.progress, cache=cache)}
+                                               progress=self.progress, cache=cache,
+                                               home=home)}
             if self.head_cfg is not None:  # sd_only: the head learns on the frozen backbone
                 history["length_head"] = train_draft(self.draft, target, seqs, self.head_cfg,
                                                      self.seed, train_backbone=False,
                                                      description="sd_only head",
-                                                     progress=self.progress, cache=cache)
+                                                     progress=self.progress, cache=cache,
+                                                     home=home)
         finally:
             if cache is not None:
                 cache.close()
@@ -172,7 +178,7 @@ class Outlets(Predictor):
 
     def _predict_log(self, split, seqs, positions) -> list[np.ndarray]:
         return draft_states(self.draft, split.target.model, seqs, positions,
-                            self.batch_tokens, self.train_cfg.amp)
+                            self.batch_tokens, self.train_cfg.amp, f"{self.variant} predict")
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""
@@ -189,6 +195,7 @@ class Outlets(Predictor):
                              "static state reads y_1, the token sampled after prefill")
         seqs = [Sequence(np.append(np.asarray(p, dtype=np.int64), first[i]), len(p), 1)
                 for i, p in enumerate(split.prompt_token_ids)]
+        log.info("%s static prediction: %d rows", self.variant, len(seqs))
         z = self._predict_log(split, seqs, [np.array([s.n - 1]) for s in seqs])
         z = np.concatenate(z).astype(np.float64) if z else np.zeros((0, *self._width()))
         return self._clip(np.expm1(z), 0)
@@ -208,6 +215,7 @@ class Outlets(Predictor):
         groups = np.split(order, starts[1:])
         seqs = _sequences(split, rows)
         positions = [seqs[j].n - 1 + steps.t[g] for j, g in enumerate(groups)]
+        log.info("%s dynamic prediction: %d rows, %d steps", self.variant, len(seqs), len(steps))
         z = self._predict_log(split, seqs, positions)
         out = np.empty((len(steps), *self._width()), dtype=np.float64)
         for g, values in zip(groups, z):

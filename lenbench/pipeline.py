@@ -117,6 +117,8 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
                              model_cfg.get("revision"))
             # predictors that prompt the model themselves (PIA) render as the generate stage did
             tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
+            # predictors that derive data from the target (OUTLETS's training cache) keep it here
+            tm.key, tm.cache_dir = model_key, str(cache)
             return tm
 
         gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target,

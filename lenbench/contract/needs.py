@@ -44,9 +44,17 @@ class Needs:
 
 @dataclass
 class TargetModel:
-    """The live target model handed to predictors that declare `Needs(target_model=True)`."""
+    """The live target model handed to predictors that declare `Needs(target_model=True)`.
+
+    `key` names the target's weights (the harness's model key; the dtype and device are the
+    model's own) and `cache_dir` is the harness's cache folder, where a predictor may keep what
+    it derives from this target under `cache_dir/<its stage name>/`, keyed by `key` and its own
+    inputs. Either is None when unknown: keep nothing then.
+    """
 
     model: Any
     tokenizer: Any
     device: str = "cpu"
     info: dict = field(default_factory=dict)
+    key: str | None = None
+    cache_dir: str | None = None

@@ -2,22 +2,29 @@
 
 Split from `train` so training reads the cache without the cache depending on training. The
 target runs once over the training sequences (as training batches them), its fused features and
-drafting teacher go to memory-mapped .npy files in a temporary folder (16-bit, about 6H + 2 V_d
-bytes per token), and every epoch reads them back a batch at a time, so an epoch costs only the
-draft. `open_target_cache` applies `train.target_cache` (on / off / auto: on when the estimated
-size is within `target_cache_max_bytes`).
+drafting teacher go to memory-mapped .npy files (16-bit, about 6H + 2 V_d bytes per token), and
+every epoch reads them back a batch at a time, so an epoch costs only the draft.
+`open_target_cache` applies `train.target_cache` (on / off / auto: on when the estimated size is
+within `target_cache_max_bytes`). Where the harness names its cache folder and the target's key
+(`CacheHome`), the cache is a stage there, `cache_dir/outlets_target/<key>/`, keyed by exactly
+what its bytes depend on (`cache_config`), so every variant and seed trained on the same rows
+reuses one build; otherwise it lives in a temporary folder for one fit.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from lenbench.contract.features import role_layers
 from lenbench.outlets.batches import (
     Batch,
     Sequence,
@@ -28,8 +35,13 @@ from lenbench.outlets.batches import (
     target_forward,
 )
 from lenbench.outlets.losses import Teacher, make_teacher
+from lenbench.runtime.progress import ProgressLog
+from lenbench.stages import Stage
 
 log = logging.getLogger(__name__)
+STAGE = "outlets_target"
+CACHE_FORMAT = 1  # raised when the files' layout changes, so older caches are rebuilt
+META_FILE = "cache.json"
 
 
 def storage_dtype(target_model) -> torch.dtype:
@@ -52,51 +64,116 @@ def row_layout(seqs: list[Sequence], max_len: int) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64), lengths
 
 
+@dataclass(frozen=True)
+class CacheHome:
+    """Where shared target caches live: the harness's cache folder and its key for the target's
+    weights. Without one (a target the harness did not load) a cache lasts one fit."""
+
+    cache_dir: Path
+    target_key: str
+
+    @classmethod
+    def of(cls, target) -> CacheHome | None:
+        """From a predictor's target handle (`TargetModel`); None when it names no cache."""
+        cache_dir, key = getattr(target, "cache_dir", None), getattr(target, "key", None)
+        return cls(Path(cache_dir), str(key)) if cache_dir and key else None
+
+
+def rows_fingerprint(seqs: list[Sequence], max_len: int) -> str:
+    """A hash of the token ids the cache holds, in order: each sequence up to max_len."""
+    digest = hashlib.sha256()
+    for s in seqs:
+        ids = np.asarray(s.ids[:max_len], dtype=np.int64)
+        digest.update(np.int64(len(ids)).tobytes() + ids.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_config(target_model, home: CacheHome, seqs: list[Sequence], cfg: TrainConfig,
+                 t2d: torch.Tensor | None) -> dict:
+    """Everything a cache's bytes depend on, and nothing else: the target (weights, dtype,
+    device, fused layers), the rows, how they are batched and cast, and with the teacher
+    (t2d given) the draft vocabulary. Learning rate, steps, K, the variant and the seed do
+    not change a byte, so they are not here."""
+    param = next(target_model.parameters())
+    layers = role_layers(target_model.config.num_hidden_layers)
+    vocab = None
+    if t2d is not None:
+        ids = torch.nonzero(t2d.cpu()).flatten().numpy().astype(np.int64)
+        vocab = hashlib.sha256(ids.tobytes()).hexdigest()[:16]
+    return {"format": CACHE_FORMAT, "target": home.target_key,
+            "dtype": str(param.dtype).removeprefix("torch."), "device": param.device.type,
+            "fused_layers": [layers[r] for r in ("low", "mid", "high")],
+            "rows": rows_fingerprint(seqs, cfg.max_len), "n_rows": len(seqs),
+            "max_len": cfg.max_len, "batch_tokens": cfg.batch_tokens, "amp": cfg.amp,
+            "teacher_vocab": vocab}
+
+
 class TargetCache:
     """The frozen target's per-token training inputs, computed once and read back per batch.
 
-    Rows of every sequence (truncated to max_len) lie back to back in .npy memory maps in a
-    temporary folder: `fused` [N, 3H] (16-bit), and with the teacher `p` [N, V_d] (fp16),
-    `in_draft` [N] and `top` [N]. Only one batch's rows are ever in memory at a time.
+    Rows of every sequence (truncated to max_len) lie back to back in .npy memory maps:
+    `fused` [N, 3H] (16-bit), and with the teacher `p` [N, V_d] (fp16), `in_draft` [N] and
+    `top` [N]. Only one batch's rows are ever in memory at a time. The folder is temporary
+    (removed by `close`) or a shared stage (kept; `key` names it).
     """
 
-    def __init__(self, folder: tempfile.TemporaryDirectory, seqs: list[Sequence], max_len: int,
-                 dtype: torch.dtype, teacher: bool, build_seconds: float):
-        self._folder, self.max_len, self.dtype = folder, max_len, dtype
+    def __init__(self, path: Path, seqs: list[Sequence], max_len: int, dtype: torch.dtype,
+                 teacher: bool, build_seconds: float,
+                 temporary: tempfile.TemporaryDirectory | None = None,
+                 key: str | None = None, reused: bool = False):
+        self.path, self._temporary, self.max_len, self.dtype = Path(path), temporary, max_len, dtype
         self.starts, self.lengths = row_layout(seqs, max_len)
         self.has_teacher, self.build_seconds = teacher, build_seconds
+        self.key, self.reused = key, reused
         names = ("fused", "p", "in_draft", "top") if teacher else ("fused",)
         self.arrays = {k: np.load(self.path / f"{k}.npy", mmap_mode="r") for k in names}
-
-    @property
-    def path(self) -> Path:
-        return Path(self._folder.name)
+        if any(len(a) != int(self.lengths.sum()) for a in self.arrays.values()):
+            raise ValueError(f"the target cache in {self.path} does not hold these rows; "
+                             "delete the folder to rebuild it")
 
     @property
     def nbytes(self) -> int:
-        return sum(f.stat().st_size for f in self.path.iterdir())
+        return sum(f.stat().st_size for f in self.path.glob("*.npy"))
 
     @classmethod
-    @torch.no_grad()
     def build(cls, target_model, seqs: list[Sequence], max_len: int, t2d: torch.Tensor,
               teacher: bool, batch_tokens: int, amp: str = "auto") -> TargetCache:
-        """Run the target once over seqs (as training batches them) and write the cache."""
+        """Run the target once over seqs into a temporary folder (removed by `close`)."""
+        folder = tempfile.TemporaryDirectory(prefix="outlets-target-cache-")
+        meta = cls.write(Path(folder.name), target_model, seqs, max_len, t2d, teacher,
+                         batch_tokens, amp)
+        return cls(Path(folder.name), seqs, max_len, storage_dtype(target_model), teacher,
+                   meta["build_seconds"], temporary=folder)
+
+    @classmethod
+    def open(cls, stage: Stage, seqs: list[Sequence], max_len: int, reused: bool) -> TargetCache:
+        """A shared cache written by `write` into a stage folder."""
+        meta = json.loads((stage.path / META_FILE).read_text())
+        return cls(stage.path, seqs, max_len, getattr(torch, meta["dtype"]), meta["teacher"],
+                   meta["build_seconds"], key=stage.key, reused=reused)
+
+    @staticmethod
+    @torch.no_grad()
+    def write(folder: Path, target_model, seqs: list[Sequence], max_len: int, t2d: torch.Tensor,
+              teacher: bool, batch_tokens: int, amp: str = "auto") -> dict:
+        """Run the target once over seqs (as training batches them) and write the arrays and
+        their description into folder."""
         started = time.perf_counter()
         device = next(target_model.parameters()).device
         dtype = storage_dtype(target_model)
-        folder = tempfile.TemporaryDirectory(prefix="outlets-target-cache-")
         starts, lengths = row_layout(seqs, max_len)
         n = int(lengths.sum())
 
         def create(name, dt, *shape):
-            return np.lib.format.open_memmap(Path(folder.name) / f"{name}.npy", mode="w+",
-                                             dtype=dt, shape=(n, *shape))
+            return np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dt,
+                                             shape=(n, *shape))
 
         out = {"fused": create("fused", np.int16, 3 * target_model.config.hidden_size)}
         if teacher:
             out |= {"p": create("p", np.float16, int(t2d.sum())),
                     "in_draft": create("in_draft", np.bool_),
                     "top": create("top", np.int32)}
+        plain = ProgressLog(log, "outlets target cache", len(seqs), unit="rows")
         for index in make_batches(seqs, batch_tokens, max_len):
             batch = collate(seqs, index, max_len, device)
             with autocast(device, amp):
@@ -116,10 +193,14 @@ class TargetCache:
                 span = slice(starts[i], starts[i] + lengths[i])
                 for k, v in rows.items():
                     out[k][span] = v[b, : lengths[i]]
+            plain.advance(len(index), tokens=int(lengths[index].sum()))
         for array in out.values():
             array.flush()
         del out
-        return cls(folder, seqs, max_len, dtype, teacher, time.perf_counter() - started)
+        meta = {"dtype": str(dtype).removeprefix("torch."), "teacher": teacher, "tokens": n,
+                "build_seconds": round(time.perf_counter() - started, 3)}
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+        return meta
 
     def serves(self, n_seqs: int, max_len: int, teacher: bool) -> bool:
         """Whether this cache holds every row a run over n_seqs sequences at max_len reads."""
@@ -150,20 +231,26 @@ class TargetCache:
                               torch.from_numpy(bufs["top"]).to(device).long())
 
     def describe(self) -> dict:
-        return {"mode": "cached", "bytes": self.nbytes, "tokens": int(self.lengths.sum()),
-                "dtype": str(self.dtype).removeprefix("torch."), "teacher": self.has_teacher,
-                "build_seconds": round(self.build_seconds, 3)}
+        out = {"mode": "cached", "bytes": self.nbytes, "tokens": int(self.lengths.sum()),
+               "dtype": str(self.dtype).removeprefix("torch."), "teacher": self.has_teacher,
+               "build_seconds": round(self.build_seconds, 3)}
+        if self.key is not None:  # a shared cache: which one, and whether this fit built it
+            out |= {"key": self.key, "reused": self.reused}
+        return out
 
     def close(self) -> None:
-        """Remove the files (also done when the cache is garbage collected)."""
+        """Release the arrays; a temporary cache's files go too (also when it is garbage
+        collected), a shared one's stay for the next fit."""
         self.arrays = {}
-        self._folder.cleanup()
+        if self._temporary is not None:
+            self._temporary.cleanup()
 
 
 def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
-                      teacher: bool) -> tuple[TargetCache | None, dict]:
+                      teacher: bool, home: CacheHome | None = None
+                      ) -> tuple[TargetCache | None, dict]:
     """The cache when cfg.target_cache asks for one (None: train online), and a record of the
-    decision for the report."""
+    decision for the report. With a `home` the cache is shared (`shared_cache`)."""
     estimate = cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size, int(t2d.sum()),
                            teacher)
     record = {"setting": cfg.target_cache, "estimated_bytes": estimate,
@@ -171,8 +258,42 @@ def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d:
     if cfg.target_cache == "off" or (cfg.target_cache == "auto"
                                      and estimate > cfg.target_cache_max_bytes):
         return None, record | {"mode": "online"}
-    cache = TargetCache.build(target_model, seqs, cfg.max_len, t2d, teacher, cfg.batch_tokens,
-                              cfg.amp)
-    log.info("outlets target cache: %d tokens, %.1f MB, built in %.1f s",
-             cache.lengths.sum(), cache.nbytes / 1e6, cache.build_seconds)
+    if home is not None:
+        cache = shared_cache(target_model, seqs, cfg, t2d, teacher, home)
+    else:
+        cache = TargetCache.build(target_model, seqs, cfg.max_len, t2d, teacher,
+                                  cfg.batch_tokens, cfg.amp)
+    if cache.reused:
+        log.info("outlets target cache: reused %s (%d tokens, %.1f MB, built earlier in %.1f s)",
+                 cache.path, cache.lengths.sum(), cache.nbytes / 1e6, cache.build_seconds)
+    else:
+        log.info("outlets target cache: %d tokens, %.1f MB, built in %.1f s%s",
+                 cache.lengths.sum(), cache.nbytes / 1e6, cache.build_seconds,
+                 f" into {cache.path}" if cache.key else "")
     return cache, record | cache.describe()
+
+
+def shared_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
+                 teacher: bool, home: CacheHome) -> TargetCache:
+    """The cache stage for these rows under home, built once. A run without the drafting
+    teacher also takes a cache that has it; when it builds, it stores the teacher too if that
+    fits `target_cache_max_bytes`, so the drafting variants reuse its build."""
+    def stage(with_teacher: bool) -> Stage:
+        config = cache_config(target_model, home, seqs, cfg, t2d if with_teacher else None)
+        return Stage(home.cache_dir, STAGE, config)
+
+    full = stage(True)
+    found = [full] if teacher else [full, stage(False)]
+    for candidate in found:
+        if candidate.done:
+            return TargetCache.open(candidate, seqs, cfg.max_len, reused=True)
+    with_teacher = teacher or cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size,
+                                          int(t2d.sum()), True) <= cfg.target_cache_max_bytes
+    chosen = full if with_teacher else found[-1]
+    with chosen.lock():
+        reused = chosen.done  # another process built it while this one waited
+        if not reused:
+            with chosen.building() as folder:
+                TargetCache.write(folder, target_model, seqs, cfg.max_len, t2d, with_teacher,
+                                  cfg.batch_tokens, cfg.amp)
+    return TargetCache.open(chosen, seqs, cfg.max_len, reused=reused)

@@ -4,10 +4,11 @@ The draft learns from the target's teacher-forced pass over prompt + response: t
 (hs[2], hs[L//2], hs[L-3]) and the drafting teacher (the target's distribution over the draft
 vocabulary). Two ways to get them (`train.target_cache`):
 - online: every batch of every epoch runs the target again (nothing per-token on disk);
-- cached: the target runs once, its features and teacher go to memory-mapped .npy files in a
-  temporary folder (16-bit, about 6H + 2 V_d bytes per token), and every epoch reads them back a
-  batch at a time, so an epoch costs only the draft. `auto` caches when the estimated size is
-  within `target_cache_max_bytes` (the cache: `target_cache`; batching: `batches`).
+- cached: the target runs once, its features and teacher go to memory-mapped .npy files (16-bit,
+  about 6H + 2 V_d bytes per token; shared between fits in the harness's cache folder, else
+  temporary), and every epoch reads them back a batch at a time, so an epoch costs only the
+  draft. `auto` caches when the estimated size is within `target_cache_max_bytes` (the cache:
+  `target_cache`; batching: `batches`).
 AdamW with warmup then linear
 decay, gradient clipping, and bf16 autocast on devices that support it.
 """
@@ -41,7 +42,8 @@ from lenbench.outlets.losses import (
     sd_loss,
 )
 from lenbench.outlets.modeling import DraftModel, shift_left
-from lenbench.outlets.target_cache import TargetCache, open_target_cache
+from lenbench.outlets.target_cache import CacheHome, TargetCache, open_target_cache
+from lenbench.runtime.progress import ProgressLog
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +96,18 @@ def lr_lambda(warmup: int, total: int):
 
 def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig,
                 seed: int = 0, train_backbone: bool = True, description: str = "outlets",
-                progress: bool = True, cache: TargetCache | None = None) -> dict:
+                progress: bool = True, cache: TargetCache | None = None,
+                home: CacheHome | None = None) -> dict:
     """Fit the draft (or only its length head when train_backbone is False); return history.
     `cache`: a TargetCache over seqs to train from (shared between phases; the caller closes
-    it); without one that serves this run, cfg.target_cache decides and this call owns it."""
+    it); without one that serves this run, cfg.target_cache decides (shared under `home` when
+    given) and this call owns it."""
     device = next(target_model.parameters()).device
     use_sd = uses_sd(draft, cfg)
     own = cache is None or not cache.serves(len(seqs), cfg.max_len, use_sd)
     if own:
-        cache, cache_record = open_target_cache(target_model, seqs, cfg, draft.t2d, use_sd)
+        cache, cache_record = open_target_cache(target_model, seqs, cfg, draft.t2d, use_sd,
+                                                home)
     else:
         cache_record = {"setting": cfg.target_cache, **cache.describe(), "shared": True}
     draft.to(device).train()
@@ -161,12 +166,14 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
 @torch.no_grad()
 def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                  positions: list[np.ndarray], batch_tokens: int = 16384,
-                 amp: str = "auto") -> list[np.ndarray]:
-    """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0)."""
+                 amp: str = "auto", name: str = "outlets predict") -> list[np.ndarray]:
+    """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0); a
+    progress line under `name` every tenth of the rows or 30 s."""
     device = next(target_model.parameters()).device
     draft.to(device).eval()
     out: list[np.ndarray | None] = [None] * len(seqs)
     max_len = max((len(s.ids) for s in seqs), default=1)
+    plain = ProgressLog(log, name, len(seqs), unit="rows")
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
         with autocast(device, amp):
@@ -176,6 +183,7 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
             z = draft.length(state).float().cpu().numpy()
         for b, i in enumerate(index):
             out[i] = z[b, positions[i]]
+        plain.advance(len(index), tokens=int(batch.valid.sum()))
     return out
 
 
