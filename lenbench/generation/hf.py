@@ -197,6 +197,7 @@ class HFGenerator(Generator):
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self._cache_arg = cache_kwarg(model)
+        self.live_stats = GenStats()  # the current (or last) call's decoder work so far
         layer_types = getattr(model.config, "layer_types", None) or []
         # sliding-window layers (Gemma 3) need their own mask: a 4-D mask is used as given
         self.window = getattr(model.config, "sliding_window", None) \
@@ -237,9 +238,12 @@ class HFGenerator(Generator):
     @torch.inference_mode()
     def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
                  on_done: OnDone | None = None) -> Generated:
-        """Generate every request; `on_done(i)` is called as request i finishes (for progress)."""
+        """Generate every request; `on_done(i, result)` is called as request i finishes.
+
+        `live_stats` counts the decoder's work so far during the call (the runner attributes
+        it to the shards as they finish)."""
         results: list[GenResult | None] = [None] * len(requests)
-        stats = GenStats()
+        stats = self.live_stats = GenStats()
         if not requests:
             return [], stats
         longest = max(len(r.prompt_ids) for r in requests)
@@ -258,7 +262,7 @@ class HFGenerator(Generator):
                 return False
             results[row.index] = GenResult(row.output, reason)
             if on_done is not None:
-                on_done(row.index)
+                on_done(row.index, results[row.index])
             return True
 
         while pending or any(slots):

@@ -283,7 +283,7 @@ class OpenAIGenerator(EOSProbe, JSONClient, Generator):
 
     def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
                  on_done: OnDone | None = None) -> Generated:
-        """Generate every request; `on_done(i)` is called as request i finishes.
+        """Generate every request; `on_done(i, result)` is called as request i finishes.
 
         GenStats stays empty: decoder utilisation is the server's business, not measured here.
         """
@@ -294,6 +294,7 @@ class OpenAIGenerator(EOSProbe, JSONClient, Generator):
         self.probe()
 
         run_pool(len(requests), self.concurrency, f"{self.backend}-gen",
-                 lambda i: results.__setitem__(i, self.complete(requests[i], cfg)), on_done)
+                 lambda i: results.__setitem__(i, self.complete(requests[i], cfg)),
+                 None if on_done is None else lambda i: on_done(i, results[i]))
         assert all(r is not None for r in results)
         return results, GenStats()  # type: ignore[return-value]

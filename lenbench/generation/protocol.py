@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-OnDone = Callable[[int], None]  # called with a request's index as soon as it is finished
+# called as soon as a request is finished, with its index and its result (a backend that only
+# knows the result later may pass the index alone)
+OnDone = Callable[..., None]
 
 
 @dataclass(frozen=True)
@@ -74,5 +76,5 @@ class Generator(Protocol):
 
     def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
                  on_done: OnDone | None = None) -> Generated:
-        """Generate every request; `on_done(i)` is called as request i finishes (for progress)."""
+        """Generate every request; `on_done(i, result)` is called as request i finishes."""
         ...

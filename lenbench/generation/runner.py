@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -48,6 +49,118 @@ class ShardsPending(RuntimeError):
 def _progress(enabled: bool) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeRemainingColumn(), disable=not enabled)
+
+
+@dataclass
+class _ShardWork:
+    """A shard still to be written: its samples in order, those to generate, those known."""
+
+    shard_no: int
+    order: list[tuple[int, int]]  # (prompt row, sample index), the shard's row order
+    requests: list[GenRequest] = field(default_factory=list)
+    keys: list[tuple[int, int]] = field(default_factory=list)  # one per request
+    results: dict[tuple[int, int], GenResult] = field(default_factory=dict)
+    written: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return len(self.results) == len(self.order)
+
+
+class _ShardWriter:
+    """Writes a finished shard: samples to the store, then stats, then the table (last, since
+    the table's presence is what marks the shard finished)."""
+
+    def __init__(self, out_dir: Path, name: str, n_shards: int, store: SampleStore | None,
+                 prompts: pd.DataFrame, rendered: list[list[int]]):
+        self.out_dir, self.name, self.n_shards, self.store = out_dir, name, n_shards, store
+        self.prompts, self.rendered = prompts, rendered
+        self.started = time.perf_counter()
+        self.tokens = 0
+
+    def path(self, shard_no: int) -> Path:
+        return self.out_dir / f"shard-{shard_no:05d}.parquet"
+
+    def write(self, work: _ShardWork, stats: GenStats) -> None:
+        made = [work.results[key] for key in work.keys]
+        if made:
+            n_tokens = sum(result_length(r) for r in made)
+            self.tokens += n_tokens
+            seconds = time.perf_counter() - self.started
+            log.info("%s: shard %d/%d written, %d new tokens, %d of %d censored%s; %.1f "
+                     "tokens/s since the stage started", self.name, work.shard_no + 1,
+                     self.n_shards, n_tokens, sum(r.finish_reason == "length" for r in made),
+                     len(made), f", {len(work.order) - len(made)} samples reused"
+                     if len(made) < len(work.order) else "",
+                     self.tokens / max(seconds, 1e-9))
+        if made and self.store is not None:
+            self.store.add({"prompt_id": self.prompts.at[i, "prompt_id"], "sample_idx": s,
+                            "prompt_sha": prompt_tokens_sha(self.rendered[i]),
+                            "output_token_ids": res.output_ids,
+                            "finish_reason": res.finish_reason}
+                           for (i, s), res in zip(work.keys, made))
+        rows = []
+        for i, s in work.order:
+            res = work.results[(i, s)]
+            row = self.prompts.loc[i]
+            rows.append({"prompt_id": row["prompt_id"], "sample_idx": s,
+                         "split": row["split"], "family": row.get("family", ""),
+                         "text": row["text"], "prompt_token_ids": self.rendered[i],
+                         "output_token_ids": res.output_ids, "L": result_length(res),
+                         "finish_reason": res.finish_reason,
+                         "censored": res.finish_reason == "length"})
+        path = self.path(work.shard_no)
+        atomic_write_bytes(path.with_suffix(".json"), json.dumps(asdict(stats)).encode())
+        tmp = path.with_name(path.name + ".tmp")
+        pd.DataFrame(rows, columns=LABEL_COLUMNS).to_parquet(tmp, index=False)
+        tmp.replace(path)
+        work.written = True
+
+
+def _stream(generator: Generator, todo: list[_ShardWork], sampling: SamplingConfig,
+            writer: _ShardWriter, tick: Callable[[], None]) -> None:
+    """Generate the requests of every shard left in one call, first shard first, and write each
+    shard as soon as its last sample is in.
+
+    One call keeps a continuous-batching backend's slots full across shard boundaries (a call
+    per shard drains the batch at each shard's end). Backends that report each result as it
+    finishes (`on_done(i, result)`) get their shards written during the call, so a killed run
+    keeps them; for the others the shards are written when the call returns. A shard's stats are
+    the backend's `live_stats` counted since the previous shard was written.
+    """
+    requests = [r for work in todo for r in work.requests]
+    owner = [(work, key) for work in todo for key in work.keys]
+    counted = GenStats()
+
+    def since_last(total: GenStats | None) -> GenStats:
+        delta = _minus(total, counted) if total is not None else GenStats()
+        counted.add(delta)
+        return delta
+
+    lock = threading.Lock()  # server backends report from their request threads
+
+    def on_done(j: int, result: GenResult | None = None) -> None:
+        with lock:
+            tick()
+            if result is None:  # a backend that does not report results as they finish
+                return
+            work, key = owner[j]
+            work.results[key] = result
+            if work.complete:
+                writer.write(work, since_last(getattr(generator, "live_stats", None)))
+
+    results, stats = generator.generate(requests, sampling, on_done=on_done)
+    for (work, key), result in zip(owner, results):
+        work.results.setdefault(key, result)
+    rest = since_last(stats)
+    for work in todo:
+        if not work.written:
+            writer.write(work, rest)
+            rest = GenStats()
+
+
+def _minus(a: GenStats, b: GenStats) -> GenStats:
+    return GenStats(**{k: v - getattr(b, k) for k, v in asdict(a).items()})
 
 
 def generate_labels(
@@ -135,68 +248,40 @@ def generate_labels(
     try:
         with _progress(progress) as bar:
             task = bar.add_task(name, total=total)
+            writer = _ShardWriter(out_dir, name, len(shards), store, prompts, rendered)
+            todo: list[_ShardWork] = []
             for shard_no in mine:
                 shard = shards[shard_no]
-                path = out_dir / f"shard-{shard_no:05d}.parquet"
-                n_shard = sum(samples_of(i) for i in shard)
-                if path.exists():  # finished by an earlier (possibly killed) run
+                if writer.path(shard_no).exists():  # finished by an earlier (possibly killed) run
+                    n_shard = sum(samples_of(i) for i in shard)
                     bar.advance(task, n_shard)
                     done_before += n_shard
                     continue
-                requests, keys, by_key = [], [], {}
+                work = _ShardWork(shard_no, [(i, s) for i in shard for s in range(samples_of(i))])
                 for i in shard:
                     pid = prompts.at[i, "prompt_id"]
                     sha = prompt_tokens_sha(rendered[i])
                     for s in range(samples_of(i)):
                         hit = known.get((pid, s))
                         if hit is not None and hit.prompt_sha == sha:
-                            by_key[(i, s)] = GenResult(list(hit.output_ids), hit.finish_reason)
+                            work.results[(i, s)] = GenResult(list(hit.output_ids),
+                                                             hit.finish_reason)
                             continue
-                        requests.append(GenRequest(tuple(rendered[i]),
-                                                   (seed, int(pid, 16) % 2**63, s)))
-                        keys.append((i, s))
-                n_reused += len(by_key)
-                bar.advance(task, len(by_key))
-                plain.advance(len(by_key))
-                shard_stats = GenStats()
-                if requests:
-                    if generator is None:
-                        generator = made = generator_factory()
-                    shard_started = time.perf_counter()
-                    results, shard_stats = generator.generate(
-                        requests, sampling,
-                        on_done=lambda _: (bar.advance(task), plain.advance(1)))
-                    seconds = time.perf_counter() - shard_started
-                    n_tokens = sum(result_length(r) for r in results)
-                    log.info("%s: shard %d/%d, %d tokens in %.1f s (%.1f tokens/s), %d of %d "
-                             "censored%s", name, shard_no + 1, len(shards), n_tokens, seconds,
-                             n_tokens / max(seconds, 1e-9),
-                             sum(r.finish_reason == "length" for r in results), len(results),
-                             f", {len(by_key)} samples reused" if by_key else "")
-                    by_key.update(zip(keys, results))
-                    if store is not None:
-                        store.add({"prompt_id": prompts.at[i, "prompt_id"], "sample_idx": s,
-                                   "prompt_sha": prompt_tokens_sha(rendered[i]),
-                                   "output_token_ids": res.output_ids,
-                                   "finish_reason": res.finish_reason}
-                                  for (i, s), res in zip(keys, results))
-                rows = []
-                for i, s in [(j, t) for j in shard for t in range(samples_of(j))]:
-                    res = by_key[(i, s)]
-                    row = prompts.loc[i]
-                    rows.append({"prompt_id": row["prompt_id"], "sample_idx": s,
-                                 "split": row["split"], "family": row.get("family", ""),
-                                 "text": row["text"], "prompt_token_ids": rendered[i],
-                                 "output_token_ids": res.output_ids, "L": result_length(res),
-                                 "finish_reason": res.finish_reason,
-                                 "censored": res.finish_reason == "length"})
-                shard_df = pd.DataFrame(rows, columns=LABEL_COLUMNS)
-                # stats first, table last: the table's presence is what marks the shard finished
-                atomic_write_bytes(path.with_suffix(".json"),
-                                   json.dumps(asdict(shard_stats)).encode())
-                tmp = path.with_name(path.name + ".tmp")
-                shard_df.to_parquet(tmp, index=False)
-                tmp.replace(path)
+                        work.requests.append(GenRequest(tuple(rendered[i]),
+                                                        (seed, int(pid, 16) % 2**63, s)))
+                        work.keys.append((i, s))
+                n_reused += len(work.results)
+                bar.advance(task, len(work.results))
+                plain.advance(len(work.results))
+                if work.requests:
+                    todo.append(work)
+                else:  # every sample reused: nothing to generate
+                    writer.write(work, GenStats())
+            if todo:
+                if generator is None:
+                    generator = made = generator_factory()
+                _stream(generator, todo, sampling, writer,
+                        lambda: (bar.advance(task), plain.advance(1)))
     finally:
         if made is not None and hasattr(made, "close"):
             made.close()

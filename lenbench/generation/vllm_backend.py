@@ -172,5 +172,5 @@ class VLLMGenerator(Generator):
                                                 self.default_eos)
         if on_done is not None:
             for i in range(len(requests)):
-                on_done(i)
+                on_done(i, results[i])
         return results, stats
