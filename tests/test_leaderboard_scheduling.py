@@ -24,7 +24,7 @@ SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_req
        "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90"}
 CHANGES = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long")
 COLUMNS = ["Predictor", "Score [95% CI]", "Short mean", "Short P90", "Short P99", "Long mean",
-           "Long P99", "Kendall τ", "Runs"]
+           "Long P99", "C-index", "Runs"]
 
 
 def _legacy(sched: dict) -> dict:

@@ -20,7 +20,9 @@ _SCHED_CHANGES = (("e2e_mean_short", "Short mean"), ("e2e_p90_short", "Short P90
                   ("e2e_p99_short", "Short P99"), ("e2e_mean_long", "Long mean"),
                   ("e2e_p99_long", "Long P99"))
 _SCHED_HEADER = ["Predictor", "Score [95% CI]", *(label for _, label in _SCHED_CHANGES),
-                 "Kendall τ", "Runs"]
+                 "C-index", "Runs"]
+# the C-index (the main table's rank score) of the rows that rank by definition
+_REF_C_INDEX = {"oracle": 1.0, "constant": 0.5}
 _SCORE_METRIC_TEXT = {
     "e2e_mean_short": "the mean end-to-end latency of short requests",
     "e2e_p90_short": "the P90 end-to-end latency of short requests",
@@ -120,8 +122,8 @@ def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[s
     the interval and its changes against the baseline, pooled over its runs (predictor
     seeds) that carry the same-dispatcher score, and their number (all runs if none does)."""
     entry = runs[0][0]
-    taus = [e["kendall_tau"] for e, _, _ in runs
-            if is_number(e.get("kendall_tau")) and math.isfinite(e["kendall_tau"])]
+    taus = [e["c_index"] for e, _, _ in runs
+            if is_number(e.get("c_index")) and math.isfinite(e["c_index"])]
     tau = number(statistics.fmean(taus), 3) if taus else DASH
     if entry.get("row") == "baseline":
         secs = [DASH if not is_number(entry.get(key)) else f"{entry[key]:,.2f} s"
@@ -184,7 +186,9 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"variance over simulator seeds, plus the variance over predictor seeds where there "
         f"are several (Welch-Satterthwaite degrees of freedom). Short/Long columns: change of "
         f"the mean, P90 and P99 end-to-end latency of short and long requests against the "
-        f"baseline, ratio of seed means (the baseline row gives seconds).")
+        f"baseline, ratio of seed means (the baseline row gives seconds). C-index: the "
+        f"main table's rank score of the predictor on the test rows (Harrell's C, mean over "
+        f"its seeds; 1 for the oracle, 0.5 for the constant).")
 
 
 def scheduling_section(results: list[Result], out_dir: Path, stem: str,
@@ -234,9 +238,11 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         if entry is not None and not _sched_scored(sched):  # counted in the note, not pooled
             entry = {k: v for k, v in entry.items() if k != "per_seed"}
         if entry is not None:
+            entry = {**entry, "c_index": (r.metrics.static or {}).get("c_index")}
             by_name[r.predictor.name].append((entry, _sched_refs(sched),
                                                     list(sched.get("seeds") or [])))
-    body = [_sched_cells(f"*{name}* (ref)", [(refs[name], refs, seeds)], metric)
+    body = [_sched_cells(f"*{name}* (ref)", [({**refs[name], "c_index": _REF_C_INDEX.get(name)},
+                                               refs, seeds)], metric)
             for name in _SCHED_REFS if name in refs]
 
     def order(name: str) -> tuple[float, str]:
