@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_samples", "seed",
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
-OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts")
+OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts",
+                            "dense_split")
 
 
 @dataclass
@@ -366,7 +367,7 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
             max_length_exclusive=gen.get("max_length_exclusive"),
             worker=worker_i, num_workers=n_workers, known=known, store=store,
             dense_prompts=int(gen.get("dense_prompts") or 0),
-            dense_n_samples=gen.get("dense_n_samples"))
+            dense_n_samples=gen.get("dense_n_samples"), dense_split=gen.get("dense_split"))
         card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
                      "model_dtype": model_cfg.get("dtype"), "sample_key": sample_key(stage_cfg),
                      "shipped_world": None if shipped is None else

@@ -86,6 +86,23 @@ def test_dense_prompts_get_more_samples(scratch):
     assert card["dense_prompts"] == 3 and card["dense_n_samples"] == 4
 
 
+def test_dense_prompts_of_one_split(toy_tiny, prompts, scratch, tmp_path):
+    """`dense_split`: the first N prompts of that split get the denser sampling, others do not;
+    each sample is the one the all-dense run made (a sample does not depend on its neighbours)."""
+    labels, card = _run(toy_tiny, prompts, tmp_path / "split", CountingFactory(toy_tiny),
+                        dense_prompts=2, dense_n_samples=4, dense_split="test")
+    test_ids = [p for p in prompts["prompt_id"] if p in
+                set(prompts.loc[prompts["split"] == "test", "prompt_id"])]
+    assert len(test_ids) >= 3, "the fixture needs 3 test prompts"
+    per_prompt = labels.groupby("prompt_id", sort=False).size()
+    assert {p: n for p, n in per_prompt.items() if n == 4} == {p: 4 for p in test_ids[:2]}
+    assert card["dense_split"] == "test"
+    reference = _tokens(scratch[0])
+    for key, tokens in _tokens(labels).items():
+        if key in reference:
+            assert tokens == reference[key]
+
+
 def test_growing_generates_only_what_is_missing(toy_tiny, prompts, scratch, tmp_path):
     store = SampleStore(tmp_path / "store")
     first = CountingFactory(toy_tiny)

@@ -26,6 +26,7 @@ class GenerationConfig:
     worker: int | None = None      # this process's index among them
     dense_prompts: int | None = None  # the first N prompts get dense_n_samples samples ...
     dense_n_samples: int | None = None  # ... instead of n_samples (null: none denser)
+    dense_split: str | None = None  # count those N among this split's prompts only
     shipped: str | None = None     # a shipped world (lenbench/worlds/<name>, or a folder) whose
     #                                samples are taken instead of generated, when it fits;
     #                                null: the world the model's card names, if any (toyworld)

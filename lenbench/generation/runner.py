@@ -188,6 +188,7 @@ def generate_labels(
     store: SampleStore | None = None,
     dense_prompts: int = 0,
     dense_n_samples: int | None = None,
+    dense_split: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Generate `n_samples` responses per prompt into `out_dir` (resumable); return labels + card.
 
@@ -208,7 +209,8 @@ def generate_labels(
     `known` holds samples generated earlier (a sample store, a shipped world): a request found
     there with the same rendered prompt is taken as is, and only the rest are generated, each
     new shard's samples being added to `store`. The first `dense_prompts` prompts get
-    `dense_n_samples` samples instead of `n_samples` (a denser subset for the noise floor).
+    `dense_n_samples` samples instead of `n_samples` (a denser subset for the noise floor);
+    with `dense_split`, the first `dense_prompts` prompts of that split.
     """
     if not 0 <= worker < num_workers:
         raise ValueError(f"generation.worker={worker} must be in [0, {num_workers}) "
@@ -226,8 +228,13 @@ def generate_labels(
                              "`generator_factory`")
         def generator_factory():
             return HFGenerator(model, eos, batch_size=batch_size)
+    # with a split: its first prompts that are generated at all (not over max_prompt_tokens)
+    chosen = (prompts["split"] == dense_split) & ~pd.Series(too_long, prompts.index) \
+        if dense_split else pd.Series(True, prompts.index)
+    dense = set(prompts.index[chosen][:dense_prompts]) if dense_n_samples else set()
+
     def samples_of(i: int) -> int:
-        return int(dense_n_samples) if dense_n_samples and i < dense_prompts else n_samples
+        return int(dense_n_samples) if i in dense else n_samples
 
     known = known or {}
     shards = [keep_idx[i:i + shard_prompts] for i in range(0, len(keep_idx), shard_prompts)]
@@ -321,6 +328,7 @@ def generate_labels(
         "seconds_this_run": time.perf_counter() - started, "rows_resumed": done_before,
         "samples_reused": n_reused, "dense_prompts": int(dense_prompts) if dense_n_samples else 0,
         "dense_n_samples": int(dense_n_samples) if dense_n_samples else None,
+        "dense_split": dense_split if dense_n_samples else None,
         "mean_L": float(labels["L"].mean()) if len(labels) else None,
     }
     return labels, card

@@ -1,0 +1,214 @@
+"""Choose a world's length cap from data: the share of answers that end on EOS within each cap.
+
+A cap that cuts answers the model would have finished turns labels into lower bounds and makes a
+benchmark rank the cap rather than the length. So the cap is read off a curve: several samples on
+each of a world's first test prompts, generated with the widest cap, and for each smaller cap the
+share that ended on EOS within it (the same answers cut shorter, since a sample's tokens do not
+depend on the cap). Where the curve flattens, what is still censored are answers that loop.
+
+    python -m lenbench.worlds.cap_curve generate --experiment real_smollm2_v2 --worker 0 --workers 2
+    python -m lenbench.worlds.cap_curve generate --experiment real_smollm2_v2 --worker 1 --workers 2
+    python -m lenbench.worlds.cap_curve report --experiment real_smollm2_v2 \\
+        --json lenbench/worlds/smollm2_sharegpt_v2/cap-curve.json --plot docs/img/cap-curve.png
+
+`generate` is resumable (shards of whole prompts, written as they finish); the samples are the
+world's own (same seeds), so the dense test prompts of the world reuse them cut at its cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CAPS = (384, 512, 768, 1024, 1536)
+CONF = Path(__file__).resolve().parents[1] / "conf"
+log = logging.getLogger(__name__)
+
+
+def compose(experiment: str, overrides: list[str] | None = None) -> dict:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(CONF), version_base=None):
+        cfg = hydra_compose("config", overrides=[f"experiment={experiment}", *(overrides or [])])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def curve_prompts(cfg: dict, n_prompts: int) -> pd.DataFrame:
+    """The first `n_prompts` test prompts of the experiment's PromptSet (file order)."""
+    from lenbench.pipeline import _promptset_stage
+
+    _, prompts, _ = _promptset_stage(Path(cfg["paths"]["cache_dir"]), cfg["dataset"])
+    return prompts[prompts["split"] == "test"].reset_index(drop=True)
+
+
+def stage_folder(cfg: dict, n_prompts: int, samples: int, cap: int) -> Path:
+    from lenbench.stages import stable_hash
+
+    g = cfg["generation"]
+    key = {"dataset": {k: cfg["dataset"].get(k) for k in
+                       ("name", "limit", "split", "split_salt", "max_words", "turns")},
+           "model": cfg["model"].get("name"), "temperature": g["temperature"],
+           "top_p": g["top_p"], "seed": g["seed"], "max_prompt_tokens": g["max_prompt_tokens"],
+           "prompts": n_prompts, "samples": samples, "cap": cap}
+    return Path(cfg["paths"]["cache_dir"]) / "cap_curve" / stable_hash(key)
+
+
+def generate(args) -> pd.DataFrame:
+    """Sample the curve's prompts at the widest cap, as the world's generate stage would."""
+    import torch
+
+    from lenbench.generation.hf import HFGenerator
+    from lenbench.generation.protocol import SamplingConfig
+    from lenbench.generation.runner import generate_labels
+    from lenbench.models.chat import eos_token_ids
+    from lenbench.models.loading import load_target, resolve_model
+
+    cfg = compose(args.experiment)
+    g = cfg["generation"]
+    prompts = curve_prompts(cfg, args.prompts)
+    cache = Path(cfg["paths"]["cache_dir"])
+    torch.set_num_threads(args.threads)
+    path, _ = resolve_model(cfg["model"], cache)
+    target = load_target(path, "float32", "cpu")
+    eos = eos_token_ids(target.model, target.tokenizer)
+    out = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
+    # the prompts over the token limit are skipped, so take a few more and keep the first N
+    rendered_ok = _fitting(prompts, target.tokenizer, g["max_prompt_tokens"])[: args.prompts]
+    labels, _ = generate_labels(
+        rendered_ok, target.model, target.tokenizer, out,
+        SamplingConfig(g["temperature"], g["top_p"], args.cap), n_samples=args.samples,
+        seed=g["seed"], batch_size=args.batch_size or g["batch_size"], shard_prompts=8,
+        max_prompt_tokens=g["max_prompt_tokens"], keep_censored=True, progress=False,
+        generator_factory=lambda: HFGenerator(target.model, eos,
+                                              batch_size=args.batch_size or g["batch_size"]),
+        worker=args.worker, num_workers=args.workers)
+    return labels
+
+
+def _fitting(prompts: pd.DataFrame, tokenizer, limit: int) -> pd.DataFrame:
+    from lenbench.models.chat import render_prompt
+
+    ok = [len(render_prompt(tokenizer, t)) <= limit for t in prompts["text"]]
+    return prompts[ok].reset_index(drop=True)
+
+
+def eos_shares(labels: pd.DataFrame, caps=CAPS, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Per cap: the share of samples that ended on EOS within it, with a 95% interval from a
+    bootstrap over prompts (a prompt's samples move together)."""
+    ended = (labels["finish_reason"] == "stop").to_numpy()
+    lengths = labels["L"].to_numpy()
+    codes, prompt_of = np.unique(labels["prompt_id"].to_numpy(), return_inverse=True)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for cap in caps:
+        hit = (ended & (lengths <= cap)).astype(float)
+        per_prompt = np.bincount(prompt_of, hit) / np.bincount(prompt_of)
+        boots = per_prompt[rng.integers(0, len(per_prompt), (n_boot, len(per_prompt)))].mean(1)
+        out[int(cap)] = {"eos_share": float(hit.mean()),
+                         "ci95": [float(np.quantile(boots, 0.025)),
+                                  float(np.quantile(boots, 0.975))]}
+    return out
+
+
+def report(args) -> dict:
+    cfg = compose(args.experiment)
+    folder = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
+    shards = sorted(folder.glob("shard-*.parquet"))
+    if not shards:
+        raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
+    labels = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    caps = sorted({c for c in CAPS if c <= args.cap} | {args.cap})
+    shares = eos_shares(labels, caps)
+    n_prompts = labels["prompt_id"].nunique()
+    summary = {"experiment": args.experiment, "prompts": int(n_prompts),
+               "samples": int(len(labels)), "widest_cap": args.cap,
+               "temperature": cfg["generation"]["temperature"],
+               "top_p": cfg["generation"]["top_p"], "eos_share_within": shares,
+               "complete": n_prompts >= args.prompts,
+               "ended_median_L": float(labels.loc[labels["finish_reason"] == "stop", "L"]
+                                       .median())}
+    print(f"{n_prompts} prompts, {len(labels)} samples (widest cap {args.cap}):")
+    for cap, s in shares.items():
+        print(f"  EOS within {cap:>5}: {s['eos_share']:.1%} [{s['ci95'][0]:.1%}, "
+              f"{s['ci95'][1]:.1%}]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+    if args.plot:
+        plot(shares, n_prompts, len(labels), Path(args.plot))
+    if args.export:
+        export(labels, Path(args.export))
+    return summary
+
+
+def plot(shares: dict, n_prompts: int, n_samples: int, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    caps = list(shares)
+    y = [shares[c]["eos_share"] for c in caps]
+    lo = [shares[c]["eos_share"] - shares[c]["ci95"][0] for c in caps]
+    hi = [shares[c]["ci95"][1] - shares[c]["eos_share"] for c in caps]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.errorbar(caps, y, yerr=[lo, hi], marker="o", capsize=3)
+    ax.set_xlabel("length cap (tokens)")
+    ax.set_ylabel("share ended on EOS within the cap")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"EOS share by cap: {n_samples} samples of {n_prompts} test prompts")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+
+
+def export(labels: pd.DataFrame, out: Path) -> None:
+    """The curve's samples without any prompt text: ids, token ids, L, finish reason."""
+    from lenbench.worlds.sample_store import prompt_tokens_sha
+
+    table = pd.DataFrame({
+        "prompt_id": labels["prompt_id"], "sample_idx": labels["sample_idx"],
+        "prompt_sha": [prompt_tokens_sha(list(p)) for p in labels["prompt_token_ids"]],
+        "output_token_ids": [np.asarray(o, dtype=np.uint16) for o in labels["output_token_ids"]],
+        "L": labels["L"], "finish_reason": labels["finish_reason"]})
+    table.to_parquet(out, index=False, compression="zstd")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("generate", "report"))
+    ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--prompts", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--cap", type=int, default=max(CAPS))
+    ap.add_argument("--worker", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--json", help="report: write the curve here")
+    ap.add_argument("--plot", help="report: draw the curve here (PNG)")
+    ap.add_argument("--export", help="report: write the samples (no text) to this parquet")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.command == "generate":
+        try:
+            generate(args)
+        except Exception as exc:  # another worker's shards still missing: not an error
+            from lenbench.generation.runner import ShardsPending
+
+            if not isinstance(exc, ShardsPending):
+                raise
+            log.info("%s", exc)
+    else:
+        report(args)
+
+
+if __name__ == "__main__":
+    main()
