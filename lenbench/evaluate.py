@@ -177,7 +177,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["predictor"]["dynamic"] = True
         result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
     try:  # no scored value may move when what the protocol hides from it changes
-        result["causality"] = audit_scored(scored, test_hidden, predictor.needs, seed=seed)
+        result["causality"] = audit_scored(scored, test_hidden, predictor.needs)
     except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
         result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     if not result["causality"]["passed"]:

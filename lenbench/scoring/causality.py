@@ -1,4 +1,5 @@
-"""What a prediction may read of the scored split, and a copy of the split that changes the rest.
+"""What a prediction may read of the scored split, and a view of some of its rows that changes the
+rest.
 
 `predict_remaining(split)` gets the dynamic view of the scored split
 (lenbench/contract/views.py), which holds the whole true response because the protocol walks it
@@ -21,15 +22,14 @@ n+t onwards, not the row's number of response tokens or of steps (that is L), an
 another row beyond what that row's own steps allow. The static view (`predict`,
 `predict_variants`, `predict_distribution`) allows the prompt side and y_1 only.
 
-`perturb(view)` draws up to `n_rows` rows of the scored split (seeded) and a cut step c per row,
-and returns a view of the *whole* split, every other row unchanged, in which those rows have
-everything that step c does not allow changed:
+`perturb(view, rows, rng)` returns a view of the drawn `rows` of the scored split (in their order;
+lenbench/scoring/audit_plan.py draws them), each with a cut step c drawn among its steps, in which
+everything that step c does not allow is changed:
 
 * their response lengths are traded in pairs: two drawn rows with different sequence lengths
-  n + L swap them (so L' != L for both), which leaves the split's multiset of sequence lengths,
-  its longest sequence and (at stride 1) its number of steps as they were: a predictor that pads
-  or sorts by length builds batches of the same shapes, so a causal one reproduces its numbers.
-  A drawn row without a partner keeps its length (`Perturbation.new_length` says which);
+  n + L swap them (so L' != L for both), which leaves the drawn rows' multiset of sequence
+  lengths and (at stride 1) their number of steps as they were. A drawn row without a partner
+  keeps its length (`Perturbation.new_length` says which);
 * their response tokens after y_{c+1} are replaced by other tokens (drawn from the drawn rows'
   own tokens, each different from the one it replaces), up to the new length; the steps after c
   follow the new length (their number changes with it);
@@ -38,140 +38,47 @@ everything that step c does not allow changed:
   positions n+c onwards are uniform noise.
 
 Prompt side, y_1 .. y_{c+1}, the states of steps <= c and the entropies at positions < n+c are
-copied unchanged. The changed rows' features live in memory, over the memory-mapped store
-(`_Overlay`); nothing of the store is copied.
+copied unchanged. The changes are made in the feature store itself, as the audit sees it
+(lenbench/scoring/perturbed_store.py: the rows keep their index, nothing of the store is copied),
+so a predictor that reads a drawn row through a store it kept from `fit` sees them too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lenbench.contract.views import SplitView
+from lenbench.scoring.perturbed_store import PerturbedStore, RowChange, entropy_reader
 
 
 @dataclass
 class Perturbation:
-    """A full-size dynamic view of the scored split with some rows changed after a cut step."""
+    """A dynamic view of the drawn rows of the scored split, changed after a cut step each."""
 
-    view: SplitView  # labels hidden; the same rows in the same order as the scored split
-    rows: np.ndarray  # positions of the changed rows in the view
-    cuts: np.ndarray  # per changed row, the cut step c
-    old_length: np.ndarray  # per changed row, L
-    new_length: np.ndarray  # per changed row, L'
+    view: SplitView  # labels hidden; the drawn rows in the scored split's order
+    rows: np.ndarray  # positions of the drawn rows in the scored split
+    cuts: np.ndarray  # per drawn row, the cut step c
+    old_length: np.ndarray  # per drawn row, L
+    new_length: np.ndarray  # per drawn row, L'
+    store: PerturbedStore | None  # the feature store with the drawn rows changed, if any
 
     def fixed(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Mask of the (row, t) steps whose estimate the protocol fixes: every step of an
-        unchanged row, and the steps t <= c of a changed one."""
-        cut = np.full(len(self.view), np.iinfo(np.int64).max, dtype=np.int64)
+        """Mask of the steps (row of `view`, t) whose estimate the protocol fixes: t <= c."""
+        return np.asarray(t) <= self.cuts[np.asarray(row, dtype=np.int64)]
+
+    def fixed_scored(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The same steps among the scored split's (row of the scored split, t): the steps
+        t <= c of the drawn rows, in the order of `fixed`."""
+        cut = np.full(int(self.rows.max()) + 1 if len(self.rows) else 0, -1, dtype=np.int64)
         cut[self.rows] = self.cuts
-        return np.asarray(t) <= cut[np.asarray(row, dtype=np.int64)]
-
-
-class _Stacked:
-    """Rows of a (memory-mapped) store array followed by rows held in memory, indexed like
-    one array by an index array, a slice or an integer (optionally with a column key)."""
-
-    def __init__(self, base, extra: np.ndarray):
-        self._base, self._extra, self._n = base, extra, len(base)
-        self.shape = (self._n + len(extra), *base.shape[1:])
-        self.dtype = base.dtype
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key):
-        rest = ()
-        if isinstance(key, tuple):
-            key, rest = key[0], key[1:]
-        scalar = np.isscalar(key)
-        if isinstance(key, slice):
-            index = np.arange(*key.indices(len(self)))
-        else:
-            index = np.atleast_1d(np.asarray(key))
-            if index.dtype == bool:
-                index = np.flatnonzero(index)
-        index = np.where(index < 0, index + len(self), index).astype(np.int64)
-        out = np.empty((len(index), *self.shape[1:]), dtype=self.dtype)
-        low = index < self._n
-        if low.any():
-            out[low] = self._base[index[low]]
-        if (~low).any():
-            out[~low] = self._extra[index[~low] - self._n]
-        out = out[(slice(None), *rest)]
-        return out[0] if scalar else out
-
-    def __array__(self, dtype=None, copy=None):
-        out = self[:]
-        return out if dtype is None else out.astype(dtype)
-
-
-class _Overlay:
-    """The scored split's feature store with the changed rows added after its last row (their
-    features in memory); a reader of any other row reads the store itself."""
-
-    def __init__(self, base, originals: np.ndarray, steps: dict, step_index: np.ndarray,
-                 counts: np.ndarray, entropy: list[np.ndarray] | None):
-        self._base, self._originals = base, originals
-        self._steps, self._index, self._entropy = steps, step_index, entropy
-        self._base_entropy = None  # the store's entropy file, mapped once (not once per row)
-        self.meta = dict(getattr(base, "meta", {}) or {})
-        offsets = np.asarray(base.step_offsets, dtype=np.int64)
-        self._n = len(offsets) - 1
-        self.step_offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(counts)])
-        if entropy is not None and hasattr(base, "token_offsets"):
-            tok = np.asarray(base.token_offsets, dtype=np.int64)
-            self.token_offsets = np.concatenate([tok, tok[-1] + np.cumsum(
-                [len(e) for e in entropy]).astype(np.int64)])
-
-    def static(self, role: str, pooling: str):
-        base = self._base.static(role, pooling)  # raises for a pair that was not extracted
-        return _Stacked(base, np.asarray(base[self._originals]))
-
-    def steps(self, role: str, pooling: str = "last"):
-        base = self._base.steps(role, pooling)
-        extra = self._steps.get((role, pooling))
-        return _Stacked(base, np.zeros((0, *base.shape[1:]), base.dtype) if extra is None
-                        else extra)
-
-    def step_index(self):
-        return _Stacked(self._base.step_index(), self._index)
-
-    def entropy(self, row: int) -> np.ndarray:
-        if row < self._n:
-            folder = getattr(self._base, "folder", None)
-            if folder is None:
-                return self._base.entropy(row)
-            if self._base_entropy is None:
-                self._base_entropy = np.load(Path(folder) / "entropy.npy", mmap_mode="r")
-            tok = self._base.token_offsets
-            return np.asarray(self._base_entropy[tok[row]: tok[row + 1]])
-        if self._entropy is None:
-            raise AttributeError("the feature store holds no entropies")
-        return self._entropy[row - self._n].copy()
-
-
-def _available(store, kind: str) -> list[tuple[str, str]]:
-    """The (role, pooling) pairs the store holds, static or step."""
-    meta = getattr(store, "meta", None) or {}
-    if kind == "static":
-        pairs = [(r, p) for r in meta.get("roles", []) for p in meta.get("poolings", [])]
-        read = getattr(store, "static", None)
-    else:
-        pairs = [(r, p) for r in meta.get("step_roles", [])
-                 for p in meta.get("step_poolings", ["last"])]
-        read = getattr(store, "steps", None)
-    out = []
-    for pair in pairs if read is not None else []:
-        try:
-            read(*pair)
-        except KeyError:
-            continue
-        out.append(pair)
-    return out
+        row = np.asarray(row, dtype=np.int64)
+        inside = row < len(cut)
+        out = np.zeros(len(row), dtype=bool)
+        out[inside] = np.asarray(t)[inside] <= cut[row[inside]]
+        return out
 
 
 def _other_tokens(rng: np.random.Generator, pool: np.ndarray, original: np.ndarray,
@@ -212,89 +119,88 @@ def _stride(store, row_t: list[np.ndarray]) -> int:
     return int(gaps.min()) if len(gaps) else 1
 
 
-def perturb(view: SplitView, n_rows: int = 16, seed: int = 0) -> Perturbation:
-    """The scored split with up to `n_rows` drawn rows changed after a cut step (module
-    docstring); every other row, and the order of rows, as they were."""
-    table, rows, store = view._table, view._rows, view._features
-    rng = np.random.default_rng(seed)
-    lengths = table["L"].to_numpy(dtype=np.int64)
-    prompt_n = table["prompt_token_ids"].map(len).to_numpy(dtype=np.int64)
-    has_steps = store is not None and hasattr(store, "step_offsets") \
-        and hasattr(store, "step_index")
-    offsets = np.asarray(store.step_offsets, dtype=np.int64) if has_steps else None
-    counts = offsets[rows + 1] - offsets[rows] if has_steps else lengths
-    candidates = np.flatnonzero(counts > 0)
-    pick = np.sort(rng.choice(candidates, min(n_rows, len(candidates)), replace=False))
-    index = store.step_index() if has_steps else None
-    row_t = [np.asarray(index[offsets[g]: offsets[g + 1], 1], dtype=np.int64)
-             for g in rows[pick]] if has_steps else [np.zeros(1, np.int64) for _ in pick]
+def _cut(rng: np.random.Generator, ts: np.ndarray, L: int, L2: int) -> int:
+    """A cut step among the row's steps t < min(L, L'); for a row that keeps its length, one
+    with a token after y_{c+1} to change (t < L - 1) when the row has such a step."""
+    allowed = ts[ts < min(L, L2)]
+    if L == L2 and (ts < L - 1).any():
+        allowed = ts[ts < L - 1]
+    return int(rng.choice(allowed))
+
+
+def _has_steps(store) -> bool:
+    return store is not None and hasattr(store, "step_offsets") and hasattr(store, "step_index")
+
+
+def steps_per_row(view: SplitView) -> np.ndarray:
+    """Each row's number of steps (its number of response tokens without step features)."""
+    store = view._features
+    if _has_steps(store):
+        offsets = np.asarray(store.step_offsets, dtype=np.int64)
+        return offsets[view._rows + 1] - offsets[view._rows]
+    return view._table["L"].to_numpy(dtype=np.int64)
+
+
+def perturb(view: SplitView, rows: np.ndarray, rng: np.random.Generator) -> Perturbation:
+    """A view of the drawn `rows` of `view` (positions), each changed after a cut step
+    (module docstring), its labels hidden; `rng` draws the pairs, cuts, tokens and noise."""
+    table, store = view._table, view._features
+    pick = np.sort(np.asarray(rows, dtype=np.int64))
+    lengths = table["L"].to_numpy(dtype=np.int64)[pick]
+    prompt_n = table["prompt_token_ids"].map(len).to_numpy(dtype=np.int64)[pick]
+    originals = view._rows[pick]
+    has_steps = _has_steps(store)
+    if has_steps:
+        offsets = np.asarray(store.step_offsets, dtype=np.int64)
+        index = store.step_index()
+        row_t = [np.asarray(index[offsets[g]: offsets[g + 1], 1], dtype=np.int64)
+                 for g in originals]
+    else:
+        row_t = [np.zeros(1, np.int64) for _ in pick]
     floor = np.array([ts.min() + 1 for ts in row_t], dtype=np.int64)
-    new_len = _traded_lengths(rng, prompt_n[pick], lengths[pick], floor)
-    cuts = np.array([int(rng.choice(ts[ts < min(L, L2)])) for ts, L, L2 in
-                     zip(row_t, lengths[pick], new_len)], dtype=np.int64)
-    responses = [np.asarray(table["output_token_ids"].iloc[p], dtype=np.int64) for p in pick]
-    prompts = [np.asarray(table["prompt_token_ids"].iloc[p], dtype=np.int64) for p in pick]
-    pool = np.unique(np.concatenate(prompts + responses)) if len(pick) else np.zeros(1, np.int64)
+    new_len = _traded_lengths(rng, prompt_n, lengths, floor)
+    cuts = np.array([_cut(rng, ts, L, L2) for ts, L, L2 in zip(row_t, lengths, new_len)],
+                    dtype=np.int64)
+    responses = [np.asarray(x, dtype=np.int64) for x in table["output_token_ids"].iloc[pick]]
+    prompts = [np.asarray(x, dtype=np.int64) for x in table["prompt_token_ids"].iloc[pick]]
+    pool = np.unique(np.concatenate(prompts + responses)) if len(pick) else np.zeros(0, np.int64)
     if not len(pool):
         pool = np.zeros(1, np.int64)
-    tokens = list(table["output_token_ids"])
-    for j, p in enumerate(pick):
+    tokens = []
+    for j in range(len(pick)):
         c, resp = int(cuts[j]), responses[j]
-        if len(resp) >= lengths[p]:  # the response tokens are stored (not a label import)
+        if len(resp) >= lengths[j]:  # the response tokens are stored (not a label import)
             tail = _other_tokens(rng, pool, resp[c + 1:], int(new_len[j]) - (c + 1))
-            tokens[p] = np.concatenate([resp[: c + 1], tail]).tolist()
-    changed = table.copy()
-    changed["output_token_ids"] = pd.Series(tokens, dtype=object)
-    new_lengths = lengths.copy()
-    new_lengths[pick] = new_len
-    changed["L"] = new_lengths
-    out = view._copy(np.arange(len(view)), labels_visible=False)
-    out._table = changed
+            resp = np.concatenate([resp[: c + 1], tail])
+        tokens.append(resp.tolist())
+    out = view._copy(pick, labels_visible=False)
+    out._table = out._table.copy()
+    out._table["output_token_ids"] = pd.Series(tokens, index=out._table.index, dtype=object)
+    out._table["L"] = new_len
+    changed = None
     if has_steps:
-        out._features = _changed_store(store, rows[pick], row_t, prompt_n[pick], cuts, new_len,
-                                       rng)
-        out._rows = rows.copy()
-        out._rows[pick] = len(offsets) - 1 + np.arange(len(pick))
-    return Perturbation(out, pick, cuts, lengths[pick], new_len)
+        changed = PerturbedStore(store, _changes(store, originals, row_t, prompt_n, cuts,
+                                                 new_len, rng), int(rng.integers(2 ** 63)))
+        out._features = changed
+    return Perturbation(out, pick, cuts, lengths, new_len, changed)
 
 
-def _changed_store(store, originals: np.ndarray, row_t: list[np.ndarray], prompt_n: np.ndarray,
-                   cuts: np.ndarray, new_len: np.ndarray, rng: np.random.Generator) -> _Overlay:
-    """The store with the drawn rows' steps and entropies after their cut steps changed."""
-    offsets = np.asarray(store.step_offsets, dtype=np.int64)
-    n_base, stride = len(offsets) - 1, _stride(store, row_t)
-    step_pairs = _available(store, "steps")
-    # noise: per dimension, the mean and std of the drawn rows' step states (pooled over rows,
-    # so a dimension that is constant within a row still gets noise at the scale rows differ by)
-    spans = [np.arange(offsets[g], offsets[g + 1]) for g in originals]
-    span = np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)
-    scale = {}
-    for pair in step_pairs:
-        sample = np.asarray(store.steps(*pair)[span], dtype=np.float64)
-        scale[pair] = (sample.mean(0), sample.std(0) + 1e-3 * (np.abs(sample).mean() + 1.0))
-    has_entropy = hasattr(store, "entropy") and hasattr(store, "token_offsets")
-    new_index, counts, entropies = [], [], []
-    new_steps: dict[tuple[str, str], list[np.ndarray]] = {pair: [] for pair in step_pairs}
+def _changes(store, originals: np.ndarray, row_t: list[np.ndarray], prompt_n: np.ndarray,
+             cuts: np.ndarray, new_len: np.ndarray, rng: np.random.Generator) -> list[RowChange]:
+    """Per drawn row of the store: the steps kept (t <= c), the t of the new ones (those after
+    c up to the new length, on the store's stride) and the new entropy."""
+    stride = _stride(store, row_t)
+    read = entropy_reader(store) if hasattr(store, "entropy") and hasattr(
+        store, "token_offsets") else None
+    out = []
     for j, g in enumerate(originals):
         n, c, L2, ts = int(prompt_n[j]), int(cuts[j]), int(new_len[j]), row_t[j]
-        keep = ts <= c
         later = np.arange(0, L2, stride)
-        later = later[later > c]
-        counts.append(int(keep.sum()) + len(later))
-        new_index.append(np.stack([np.full(counts[-1], n_base + j),
-                                   np.concatenate([ts[keep], later])], 1))
-        for pair in step_pairs:
-            orig = np.asarray(store.steps(*pair)[offsets[g]: offsets[g + 1]])
-            noise = rng.normal(*scale[pair], (len(later), orig.shape[1]))
-            new_steps[pair].append(np.concatenate([orig[keep], noise.astype(orig.dtype)]))
-        if has_entropy:
-            ent = np.asarray(store.entropy(int(g)), dtype=np.float32)
+        entropy = None
+        if read is not None:
+            ent = np.asarray(read(int(g)), dtype=np.float32)
             top = max(float(ent.max()) if len(ent) else 0.0, 1.0)  # nats
-            entropies.append(np.concatenate([ent[: n + c], rng.uniform(
-                0.0, top, max(L2 - c, 0)).astype(np.float32)]))
-    index_dtype = np.asarray(store.step_index()[:1]).dtype
-    steps = {pair: np.concatenate(v) for pair, v in new_steps.items() if v}
-    step_index = np.concatenate(new_index).astype(index_dtype) if new_index \
-        else np.zeros((0, 2), dtype=index_dtype)
-    return _Overlay(store, originals, steps, step_index, np.asarray(counts, dtype=np.int64),
-                    entropies if has_entropy else None)
+            entropy = np.concatenate([ent[: n + c], rng.uniform(
+                0.0, top, max(L2 - c, 0)).astype(np.float32)])
+        out.append(RowChange(int(g), int((ts <= c).sum()), later[later > c], entropy))
+    return out
