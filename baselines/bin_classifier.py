@@ -1,9 +1,12 @@
 """50-bin length classifier on a frozen target hidden state.
 
-Uniform bins over [0, max_length]; cross-entropy; decoded by the argmax bin's centre (the
-paper's reading) and, as a variant, by the expectation of bin centres under the softmax. The
-softmax itself is the predicted distribution: a histogram over the same bins, uniform within each
-(so its mean is the expectation variant).
+Uniform bins over [0, max_length) and one class more for lengths at or beyond max_length (the
+answers the cap cut, when max_length is the cap: they are a lower bound, not a length in the
+last bin); cross-entropy; decoded by the argmax class's centre (the paper's reading; the top
+class's is max_length) and, as a variant, by the expectation of the centres under the softmax.
+The softmax itself is the predicted distribution: a histogram over the same bins, uniform within
+each, with the top class's mass in a one-token bin at max_length, where clipping to the cap keeps
+it (`LengthDistribution.from_histogram(..., tail=)`).
 """
 
 from __future__ import annotations
@@ -26,18 +29,21 @@ class BinClassifier(Predictor):
         self.hidden, self.epochs, self.lr = hidden, epochs, lr
         self.batch_size, self.weight_decay, self.progress = batch_size, weight_decay, progress
         self.width = max_length / n_bins
-        self.centres = (np.arange(n_bins) + 0.5) * self.width
+        self.centres = np.r_[(np.arange(n_bins) + 0.5) * self.width, float(max_length)]
         self.edges = np.linspace(0.0, float(max_length), n_bins + 1)
         self.needs = Needs(hidden=(layer,), pooling=("last",))
 
     def _bins(self, lengths: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.clip(lengths // self.width, 0, self.n_bins - 1).astype(np.int64))
+        """The class of each length: its bin, or the top class at or beyond max_length."""
+        bins = np.where(lengths >= self.max_length, self.n_bins,
+                        np.clip(lengths // self.width, 0, self.n_bins - 1))
+        return torch.from_numpy(bins.astype(np.int64))
 
     def fit(self, train, val=None) -> None:
         x = train.hidden(self.layer)
         self.scaler = Standardizer().fit(x)
         torch.manual_seed(self.seed)
-        self.head = mlp([x.shape[1], self.hidden, self.n_bins])
+        self.head = mlp([x.shape[1], self.hidden, self.n_bins + 1])
         xv = None if val is None else self.scaler(val.hidden(self.layer))
         yv = None if val is None else self._bins(val.lengths)
         train_head(self.head, self.scaler(x), self._bins(train.lengths),
@@ -56,8 +62,9 @@ class BinClassifier(Predictor):
         return {"expectation": self._probs(split) @ self.centres}
 
     def predict_distribution(self, split) -> LengthDistribution:
-        """The softmax over the bins (lengths past max_length were trained into the last)."""
-        return LengthDistribution.from_histogram(self.edges, self._probs(split))
+        """The softmax over the bins, the top class's mass at max_length."""
+        probs = self._probs(split)
+        return LengthDistribution.from_histogram(self.edges, probs[:, :-1], tail=probs[:, -1])
 
     def num_parameters(self) -> int:
         return count_parameters(self.head)

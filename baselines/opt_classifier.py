@@ -2,9 +2,11 @@
 
 This is the OUTLETS baseline modelled on Shuffle-Infer / LTR. A linear
 head reads the hidden state of the last valid (non-pad) prompt token. Lengths fall into 50 uniform
-bins over [0, max_length], the loss is cross-entropy, and the prediction is the centre of the
-argmax bin ([I]). The expectation of bin centres is scored as a variant, and the softmax over the
-bins is the predicted distribution (a histogram whose mean is that expectation).
+bins over [0, max_length) or, at or beyond max_length, a top class (answers the cap cut, when
+max_length is the cap); the loss is cross-entropy, and the prediction is the centre of the argmax
+class ([I]; max_length for the top one). The expectation of the centres is scored as a variant,
+and the softmax is the predicted distribution: a histogram over the bins with the top class's
+mass in a one-token bin at max_length, where clipping to the cap keeps it.
 
 The paper preset loads facebook/opt-125m (conf/predictor/paper/opt_classifier.yaml). The offline
 default builds a randomly initialised OPT of a few layers here and tokenises with the MiniLM
@@ -58,7 +60,7 @@ class OPTClassifier(Predictor):
         self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
         self.weight_decay, self.progress = weight_decay, progress
         self.width = self.max_length / n_bins
-        self.centres = (np.arange(n_bins) + 0.5) * self.width
+        self.centres = np.r_[(np.arange(n_bins) + 0.5) * self.width, self.max_length]
         self.edges = np.linspace(0.0, self.max_length, n_bins + 1)
 
     def _build(self) -> None:
@@ -77,7 +79,7 @@ class OPTClassifier(Predictor):
             self.encoder = OPTModel(cfg)
         cfg = self.encoder.config
         dim = getattr(cfg, "word_embed_proj_dim", None) or cfg.hidden_size
-        self.head = nn.Linear(dim, self.n_bins)
+        self.head = nn.Linear(dim, self.n_bins + 1)  # the bins and the top class
 
     def _logits(self, texts: list[str]) -> torch.Tensor:
         enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens,
@@ -90,7 +92,9 @@ class OPTClassifier(Predictor):
     def fit(self, train, val=None) -> None:
         self._build()
         texts = train.prompts
-        bins = torch.from_numpy(np.clip(train.lengths // self.width, 0, self.n_bins - 1)
+        lengths = train.lengths
+        bins = torch.from_numpy(np.where(lengths >= self.max_length, self.n_bins,
+                                         np.clip(lengths // self.width, 0, self.n_bins - 1))
                                 .astype(np.int64))
         params = [*self.encoder.parameters(), *self.head.parameters()]
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
@@ -110,7 +114,7 @@ class OPTClassifier(Predictor):
         with torch.no_grad():
             for start in range(0, len(texts), PREDICT_BATCH):
                 out.append(torch.softmax(self._logits(texts[start:start + PREDICT_BATCH]), -1))
-        self._cache = torch.cat(out).double().numpy() if out else np.zeros((0, self.n_bins))
+        self._cache = torch.cat(out).double().numpy() if out else np.zeros((0, self.n_bins + 1))
         self._cache_key = id(split)
         return self._cache
 
@@ -121,7 +125,8 @@ class OPTClassifier(Predictor):
         return {"expectation": self._probs(split, reuse=True) @ self.centres}
 
     def predict_distribution(self, split) -> LengthDistribution:
-        return LengthDistribution.from_histogram(self.edges, self._probs(split, reuse=True))
+        probs = self._probs(split, reuse=True)
+        return LengthDistribution.from_histogram(self.edges, probs[:, :-1], tail=probs[:, -1])
 
     def num_parameters(self) -> int:
         return count_parameters(self.encoder, self.head)

@@ -37,6 +37,7 @@ from lenbench.scoring.audit import ScoredRecord, audit_scored
 from lenbench.scoring.distribution_metrics import (
     distribution_metrics,
     dynamic_distribution_metrics,
+    mass_at_cap,
     row_scores,
     score_threshold,
     sibling_distributions,
@@ -133,7 +134,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
 
     def score(values: np.ndarray, counts: dict[str, int]) -> dict[str, Any]:
         return {**static_metrics(true, values, groups, n_boot=n_boot, seed=seed, ci=ci,
-                                 censored=censored), **counts, "length_cap": cap}
+                                 censored=censored, cap=cap), **counts, "length_cap": cap}
 
     raw_variants = scored.call("predict_variants", test_static)
     metrics: dict[str, Any] = {"static": score(pred, clipped), "dynamic": None, "variants": {}}
@@ -222,13 +223,16 @@ def distribution_predictions(dist: LengthDistribution, true: np.ndarray, censore
                              cap: float | None, seed: int,
                              threshold: float | None = None) -> dict[str, Any]:
     """Per-row figures that the distribution metrics are means of: the quantiles at
-    QUANTILE_LEVELS, clipped to [1, cap] as scored, and each row's CRPS and PIT (a censored row's
-    PIT is its seeded draw), computed as `distribution_metrics` computes them."""
+    QUANTILE_LEVELS, clipped to [1, cap] as scored, each row's CRPS and PIT (a censored row's
+    PIT is its seeded draw) and P(L >= cap) (`p_cap`, without a cap none), computed as
+    `distribution_metrics` computes them."""
     scores = row_scores(dist, true, censored, cap,
                         score_threshold(cap, true, censored, threshold), seed)
     quantiles = np.clip(dist.quantile(QUANTILE_LEVELS), 1.0, np.inf if cap is None else cap)
+    p_cap = mass_at_cap(dist, cap)
     return {"quantile_levels": list(QUANTILE_LEVELS), "quantiles": quantiles.tolist(),
-            "crps": scores["crps"].tolist(), "pit": scores["pit"].tolist()}
+            "crps": scores["crps"].tolist(), "pit": scores["pit"].tolist(),
+            **({} if p_cap is None else {"p_cap": p_cap.tolist()})}
 
 
 def length_cap(cfg: dict) -> int | None:
@@ -320,7 +324,7 @@ def noise_floor_result(world: World, cfg: dict,
                            "in-sample (optimistic) to leave-one-out (pessimistic)"})
     result["metrics"] = {
         "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=NOISE_FLOOR_SEED,
-                                 ci=ci, censored=censored),
+                                 ci=ci, censored=censored, cap=cap),
         "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot,
                                           seed=NOISE_FLOOR_SEED, ci=ci),
         "dynamic": None, "variants": {}}

@@ -176,7 +176,7 @@ def score_transfer(predictor: Predictor, name: str, world: World, tworld: World,
     censored = tworld.labels["censored"].to_numpy(dtype=bool)[rows]
     metrics: dict[str, Any] = {
         "static": {**static_metrics(true, pred, groups, n_boot=n_boot, seed=seed, ci=ci,
-                                    censored=censored), **clipped, "length_cap": cap},
+                                    censored=censored, cap=cap), **clipped, "length_cap": cap},
         "dynamic": None}
     predictions: dict[str, Any] = {"true": true.tolist(), "pred": pred.tolist(),
                                    "prompt_id": [str(g) for g in groups],
@@ -236,7 +236,7 @@ def transfer_noise_floor(world: World, tworld: World, cfg: dict) -> dict[str, An
     block = _block(world, tworld, rows, overlap)
     block["metrics"] = {
         "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=0, ci=ci,
-                                 censored=censored),
+                                 censored=censored, cap=length_cap(cfg)),
         "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot, seed=0, ci=ci),
         "dynamic": None}
     block["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),

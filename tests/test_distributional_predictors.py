@@ -85,12 +85,14 @@ def test_bin_classifier_histogram_is_its_softmax(world) -> None:
     hidden = world["test"].hide_labels()
     dist = model.predict_distribution(hidden)
     assert dist.is_histogram and len(dist) == len(world["test"])
-    np.testing.assert_allclose(dist.edges, np.arange(21) * 10.0)
+    # 20 bins up to max_length, then the one-token bin of lengths at or beyond it
+    np.testing.assert_allclose(dist.edges, np.r_[np.arange(21) * 10.0, 201.0])
     np.testing.assert_allclose(dist.probs, model._probs(hidden), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(dist.probs.sum(1), 1.0)
-    # the histogram's mean is the expectation variant; its argmax bin holds the point prediction
-    np.testing.assert_allclose(dist.mean(), model.predict_variants(hidden)["expectation"],
-                               rtol=1e-6)
+    # the histogram's mean is the expectation variant (whose top centre is max_length, half a
+    # token below the top bin's midpoint); its argmax bin holds the point prediction
+    np.testing.assert_allclose(dist.mean() - 0.5 * dist.probs[:, -1],
+                               model.predict_variants(hidden)["expectation"], rtol=1e-6)
     pred = model.predict(hidden)
     top = dist.probs.argmax(1)
     assert (dist.edges[top] <= pred).all() and (pred <= dist.edges[top + 1]).all()
@@ -103,11 +105,12 @@ def test_egtp_histogram_mean_is_its_prediction(world) -> None:
     hidden = world["test"].hide_labels()
     dist = model.predict_distribution(hidden)
     assert dist.is_histogram and len(dist) == len(world["test"])
-    np.testing.assert_allclose(dist.edges, np.linspace(0, 200, 21))
+    np.testing.assert_allclose(dist.edges, np.r_[np.linspace(0, 200, 21), 201.0])
     np.testing.assert_allclose(dist.probs.sum(1), 1.0)
     pred = model.predict(hidden)
     above = pred > 1.0  # predict floors at one token
-    np.testing.assert_allclose(dist.mean()[above], pred[above], rtol=1e-6)
+    mean = dist.mean() - 0.5 * dist.probs[:, -1]  # the top class's centre is max_length
+    np.testing.assert_allclose(mean[above], pred[above], rtol=1e-6)
     # a learnt spread: the central 80% interval holds most test lengths, not all of [0, 200]
     q = dist.quantile([0.1, 0.9])
     inside = (q[:, 0] <= world["test"].lengths) & (world["test"].lengths <= q[:, 1])
@@ -124,10 +127,12 @@ def test_plp_static_and_remaining_histograms(world) -> None:
     static = model.predict_distribution(hidden)
     assert len(static) == len(test)
     pred = model.predict(hidden)
-    np.testing.assert_allclose(static.mean()[pred > 1], pred[pred > 1], rtol=1e-6)
+    mean = static.mean() - 0.5 * static.probs[:, -1]  # the top class's centre is max_length
+    np.testing.assert_allclose(mean[pred > 1], pred[pred > 1], rtol=1e-6)
     dist = check_dynamic(model, test)
     rem = model.predict_remaining(hidden)
-    np.testing.assert_allclose(dist.mean()[rem > 1], rem[rem > 1], rtol=1e-6)
+    mean = dist.mean() - 0.5 * dist.probs[:, -1]
+    np.testing.assert_allclose(mean[rem > 1], rem[rem > 1], rtol=1e-6)
     # remaining length, not total: per request the median falls from t = 0 to the last step
     steps = test.steps
     med = dist.quantile([0.5])[:, 0]
@@ -151,9 +156,9 @@ def test_opt_classifier_histogram_mean_is_the_expectation_variant() -> None:
     hidden = split.hide_labels()
     dist = model.predict_distribution(hidden)
     assert dist.is_histogram and len(dist) == 60
-    np.testing.assert_allclose(dist.edges, np.arange(11) * 20.0)
-    np.testing.assert_allclose(dist.mean(), model.predict_variants(hidden)["expectation"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(dist.edges, np.r_[np.arange(11) * 20.0, 201.0])
+    np.testing.assert_allclose(dist.mean() - 0.5 * dist.probs[:, -1],
+                               model.predict_variants(hidden)["expectation"], rtol=1e-6)
 
 
 def test_monotone_layer_never_crosses_and_pinball_finds_the_quantile() -> None:

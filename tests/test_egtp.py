@@ -29,13 +29,13 @@ def test_soft_labels_sum_to_one_and_peak_at_the_true_bin() -> None:
 
 def test_loss_is_smallest_at_the_true_bin() -> None:
     reg = SoftBinRegressor(max_length=200, n_bins=20)
-    y = torch.tensor([0.36])  # bin 7
-    losses = []
-    for k in range(20):
-        logits = torch.full((1, 20), -10.0)
-        logits[0, k] = 10.0
-        losses.append(float(reg.loss(logits, y)))
-    assert int(np.argmin(losses)) == 7
+    for y, best in ((0.36, 7), (0.999, 19), (1.0, 20)):  # a length at max_length: the top class
+        losses = []
+        for k in range(21):  # 20 bins and the class of lengths at or beyond max_length
+            logits = torch.full((1, 21), -10.0)
+            logits[0, k] = 10.0
+            losses.append(float(reg.loss(logits, torch.tensor([y]))))
+        assert int(np.argmin(losses)) == best, y
 
 
 def test_egtp_beats_the_constant_median(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_egtp_beats_the_constant_median(tmp_path: Path) -> None:
     assert mae < 0.5 * mae_const, (mae, mae_const)
     assert pred.min() >= 1.0 and pred.max() <= 200
     assert set(model.predict_variants(test.hide_labels())) == {"argmax_bin"}
-    assert model.num_parameters() == 8 * 512 + 512 + 512 * 20 + 20
+    assert model.num_parameters() == 8 * 512 + 512 + 512 * 21 + 21  # 20 bins and the top class
 
 
 def test_builds_from_yaml_with_needs_from_config() -> None:

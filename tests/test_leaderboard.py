@@ -42,17 +42,20 @@ def test_mean_std_over_seeds(board: str) -> None:
     rows = {r.split(" | ")[0].lstrip("| "): r for r in _table_rows(board)}
     # mlp_probe static MAE 80, 84: mean 82, sample std sqrt(((80-82)^2 + (84-82)^2) / 1) = 2.83
     # its CIs [70, 90] and [74, 94] average to [72, 92]; dynamic MAE 60, 64 -> 62.0 ± 2.8
-    # Kendall tau 0.5, 0.6 -> 0.550; within 25% 0.25, 0.375 -> 31.25% (printed 31.2%)
+    # uncensored MAE 70 [60, 80], 74 [64, 84] -> 72.0 [62.0, 82.0]; C-index 0.7 [0.6, 0.8],
+    # 0.8 [0.7, 0.9] -> 0.75 [0.65, 0.85]; runaway AUC 0.9 [0.8, 1.0], 0.8 [0.7, 0.9] -> 0.85
+    # [0.75, 0.95]; within 25% 0.25 of 8 rows, 0.375 of 6 -> 31.25% (printed 31.2%) of 7
     # fit 2 s and 4 s -> 3.00; 12345 parameters -> 12.3k
     # it is the paired comparisons' reference (the Δ columns)
     assert rows["mlp_probe"] == (
-        "| mlp_probe | 82.0 ± 2.8 | [72.0, 92.0] | (reference) | 0.550 | 0.650 | 31.2% "
+        "| mlp_probe | 82.0 ± 2.8 | [72.0, 92.0] | (reference) | 72.0 [62.0, 82.0] "
+        "| 0.75 [0.65, 0.85] | 0.85 [0.75, 0.95] | 31.2% of 7 "
         "| 62.0 ± 2.8 | (reference) | 3.00 | 0.6 | 12.3k | 2 |")
     # bin_classifier 90, 100: mean 95, std sqrt(25 + 25) = 7.07; static only -> "—" dynamic
     assert rows["bin_classifier"].startswith("| bin_classifier | 95.0 ± 7.1 | [85.0, 105.0] |")
     # no Δ: these files predate row identities, so they cannot be paired; no dynamic MAE
     assert rows["bin_classifier"].split(" | ")[3] == "—"
-    assert rows["bin_classifier"].split(" | ")[7] == "—"
+    assert rows["bin_classifier"].split(" | ")[8] == "—"
     # its expectation variant 85, 87: mean 86, std sqrt(1 + 1) = 1.41
     assert rows["bin_classifier (expectation)"].startswith(
         "| bin_classifier (expectation) | 86.0 ± 1.4 | [76.0, 96.0] |")

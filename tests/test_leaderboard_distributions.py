@@ -122,3 +122,24 @@ def test_undecided_coverage_shows_as_a_range() -> None:
     assert coverage_cell(m, "80") == "61.0–74.0% [55.0, 79.0]"
     m.update(coverage_80_high=0.61, coverage_80_nominal=0.853)
     assert coverage_cell(m, "80") == "61.0% [55.0, 67.0] (nominal 85.3%)"
+
+
+def test_upper_ends_at_the_cap_are_flagged() -> None:
+    """An interval whose upper end sits at the cap on nearly every row covers the censored rows
+    by construction (▲); one that never reaches it misses them all (▽); between, no mark."""
+    from lenbench.leaderboard.distributions import DistRow, _cap_lines, coverage_cell
+
+    m = {"coverage_80": 0.9, "coverage_80_ci": [0.88, 0.92], "n_censored": 40,
+         "q90_at_cap": 0.97, "q75_at_cap": 0.5}
+    assert coverage_cell(m, "80") == "90.0% [88.0, 92.0] ▲"
+    assert coverage_cell(m, "50") == "—"  # no 50% figures: no cell, no mark
+    assert coverage_cell({**m, "q90_at_cap": 0.0}, "80").endswith("] ▽")
+    assert coverage_cell({**m, "q90_at_cap": 0.4}, "80") == "90.0% [88.0, 92.0]"
+    # without censored rows, never reaching the cap misses nothing
+    assert coverage_cell({**m, "q90_at_cap": 0.0, "n_censored": 0}, "80") == "90.0% [88.0, 92.0]"
+    lines = _cap_lines([DistRow("conformal", False, 1, m), DistRow("bins", False, 1,
+                                                                   {**m, "q90_at_cap": 0.0})])
+    assert lines[0].startswith("Upper quantiles at the cap on nearly every row (▲): conformal "
+                               "(Q(0.9) on 97% of rows, Q(0.75) on 50%)")
+    assert lines[1] == ("No Q(0.9) at the cap on any row (▽): bins. Every censored row counts "
+                        "as missed.")

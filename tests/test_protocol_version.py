@@ -36,7 +36,7 @@ def test_every_result_evaluate_writes_carries_the_protocol() -> None:
     failed = failed_result(world, "tq", {"name": "tq"}, CFG, 0, RuntimeError("boom"))
     floor = noise_floor_result(world, CFG)
     for r in (ok, failed, floor):
-        assert r["protocol_version"] == PROTOCOL_VERSION == 2
+        assert r["protocol_version"] == PROTOCOL_VERSION == 3
     assert validate_result(failed)["protocol_version"] == PROTOCOL_VERSION
 
 

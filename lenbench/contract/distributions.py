@@ -9,6 +9,11 @@ form is converted by hand in a predictor.
 Within a histogram bin the mass is spread uniformly; between two known quantile levels the
 quantile function is linear, and beyond the outermost levels there is no mass: the tails below the
 lowest and above the highest level sit at those quantiles' values.
+
+A histogram over [0, max_length] cannot say "the cap or beyond" with bins alone: mass spread over
+the last bin lies below its upper edge, so an answer the cap cut is never inside its upper
+quantiles. `from_histogram(..., tail=)` takes that mass apart, as a one-token bin at the top:
+clipped to a cap at the last edge, it sits at the cap.
 """
 
 from __future__ import annotations
@@ -45,9 +50,18 @@ class LengthDistribution:
         return cls(levels=levels, values=np.sort(values, axis=1))
 
     @classmethod
-    def from_histogram(cls, edges, probs) -> LengthDistribution:
+    def from_histogram(cls, edges, probs, tail=None) -> LengthDistribution:
+        """`probs` (n, B) over the B bins of `edges`; `tail` (n,), when given, each row's mass at
+        or beyond the last edge (e.g. a class of answers that ran into the cap), added as a
+        one-token bin [edges[-1], edges[-1] + 1)."""
         edges = np.asarray(edges, dtype=np.float64).reshape(-1)
         probs = np.asarray(probs, dtype=np.float64)
+        if tail is not None:
+            tail = np.asarray(tail, dtype=np.float64).reshape(-1, 1)
+            if probs.ndim != 2 or tail.shape[0] != probs.shape[0]:
+                raise ValueError(f"histogram tail must be one value per row ({probs.shape[0]}), "
+                                 f"got {tail.shape[0]}")
+            edges, probs = np.r_[edges, edges[-1] + 1.0], np.concatenate([probs, tail], axis=1)
         if probs.ndim != 2 or probs.shape[1] != edges.size - 1:
             raise ValueError(f"histogram probs must be (n, {edges.size - 1}), got {probs.shape}")
         if edges.size < 2 or np.any(np.diff(edges) <= 0):

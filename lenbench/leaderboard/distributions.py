@@ -30,10 +30,14 @@ from lenbench.scoring.metrics import paired_difference
 _KEYS = ("pinball_mean", "crps", "coverage_50", "coverage_50_high", "coverage_50_nominal",
          "width_50", "coverage_80", "coverage_80_high", "coverage_80_nominal", "width_80", "n",
          "n_requests", "n_censored", "n_clipped_low", "n_clipped_high", "clipped_mass",
-         "threshold")
+         "threshold", "runaway_auc", "q75_at_cap", "q90_at_cap")
 _HEADER = ["Predictor", "Rows (censored)", "Mean pinball", "CRPS", "Δ CRPS vs siblings",
-           "50% coverage", "50% width", "80% coverage", "80% width", "Dyn. CRPS",
+           "50% coverage", "50% width", "80% coverage", "80% width", "P(≥ cap) AUC", "Dyn. CRPS",
            "Dyn. 80% coverage", "Seeds"]
+# an interval's upper end at the cap on at least this share of rows covers the censored rows
+# by construction
+AT_CAP_NEARLY_ALL = 0.95
+UPPER = {"50": "q75_at_cap", "80": "q90_at_cap"}  # each interval's upper quantile
 CAPTION = (
     "Scores of predicted length distributions, in tokens except coverage (static: total length; "
     "dynamic: remaining length, averaged per request first). Every scored row counts, censored "
@@ -51,7 +55,14 @@ CAPTION = (
     "a range a–b% appears only when rows were cut below the cap, which neither rule decides "
     "(counted missed, then covered). A calibrated predictor covers its nominal share: the level "
     "itself, or more where intervals reach the cap and so also hold the mass beyond it "
-    "(nominal, when it differs); the narrower the better at that coverage. [brackets]: "
+    "(nominal, when it differs); the narrower the better at that coverage. ▲: the interval's "
+    "upper end sits at the cap on nearly every row (95% or more), so it covers every censored "
+    "row by construction, whatever the predictor knows about which answers run long; ▽: it "
+    "reaches the cap on no row, so every censored row counts as missed. P(≥ cap) AUC: the AUC "
+    "of each row's predicted P(L ≥ cap) for the answers that reached the cap against the rest "
+    "(ties ½: 0.5 for a distribution that never reaches the cap); ≈ where a result rescored "
+    "from an earlier protocol did not store P(L ≥ cap) and it was read from its five stored "
+    "quantiles, clipped to the cap (rerun for the exact figure). [brackets]: "
     "bootstrap 95% intervals over prompts, bounds averaged over seeds. Δ CRPS vs siblings: this "
     "predictor's CRPS minus the sibling reference's on the rows both score, with a paired "
     "bootstrap interval over prompts, **bold** where it excludes 0. *siblings* (ref) is the "
@@ -79,6 +90,7 @@ class DistRow:
     dynamic: dict[str, float | None] = field(default_factory=dict)
     delta_crps: dict[str, Any] | None = None  # paired_difference vs the siblings, or None
     pit: list[float] | None = None  # mean PIT histogram over seeds (static)
+    approx_runaway: bool = False  # P(L >= cap) read from the stored quantiles by a rescoring
 
 
 def _part(r: Result, part: str) -> Mapping[str, Any] | None:
@@ -153,7 +165,8 @@ def distribution_rows(rows: list[Row]) -> list[DistRow]:
         out.append(DistRow(label, False, len(results), _pooled(results, "static"),
                            _pooled(results, "dynamic"),
                            _paired_to_siblings(with_static, siblings) if with_static else None,
-                           np.mean(pits, axis=0).tolist() if pits else None))
+                           np.mean(pits, axis=0).tolist() if pits else None,
+                           any(_p_cap_source(r) == "stored quantiles" for r in with_static)))
     if not out:
         return []
 
@@ -166,6 +179,12 @@ def distribution_rows(rows: list[Row]) -> list[DistRow]:
         out.append(DistRow("siblings", True, 1, _pooled([siblings], "static"), {}, None,
                            _part(siblings, "static")["pit_histogram"]))
     return out
+
+
+def _p_cap_source(r: Result) -> str | None:
+    """Where a rescored result's P(L >= cap) came from (None: its run computed it)."""
+    note = r.extra.get("rescored")
+    return note.get("p_cap") if isinstance(note, Mapping) else None
 
 
 def _value(m: dict[str, Any], key: str, percent: bool = False) -> str:
@@ -206,7 +225,27 @@ def coverage_cell(m: dict[str, Any], name: str) -> str:
             text += f" [{100 * ci_low[0]:.1f}, {100 * ci_high[1]:.1f}]"
     if text != DASH and nominal is not None and abs(nominal - int(name) / 100) >= 5e-4:
         text += f" (nominal {100 * nominal:.1f}%)"
-    return text
+    mark = _cap_mark(m, name)
+    return f"{text} {mark}" if text != DASH and mark else text
+
+
+def _cap_mark(m: dict[str, Any], name: str) -> str:
+    """▲ where the interval's upper end sits at the cap on nearly every row, ▽ where it never
+    does although rows are censored; '' otherwise or when not recorded."""
+    share = m.get(UPPER.get(name, ""))
+    if share is None:
+        return ""
+    if share >= AT_CAP_NEARLY_ALL:
+        return "▲"
+    return "▽" if share == 0 and (m.get("n_censored") or 0) > 0 else ""
+
+
+def _auc(m: dict[str, Any], approx: bool = False) -> str:
+    value, ci = m.get("runaway_auc"), m.get("runaway_auc_ci")
+    if value is None:
+        return DASH
+    text = f"{value:.2f}" if ci is None else f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return f"≈ {text}" if approx else text
 
 
 def _delta(d: dict[str, Any] | None) -> str:
@@ -227,6 +266,7 @@ def distribution_cells(d: DistRow) -> list[str]:
             "(reference)" if d.reference else _delta(d.delta_crps),
             coverage_cell(d.static, "50"), _value(d.static, "width_50"),
             coverage_cell(d.static, "80"), _value(d.static, "width_80"),
+            _auc(d.static, d.approx_runaway),
             _value(d.dynamic, "crps"), coverage_cell(d.dynamic, "80"), str(d.seeds)]
 
 
@@ -256,7 +296,33 @@ def _population_lines(data: list[DistRow]) -> list[Block]:
     if clipped:
         out.append("Distributions clipped to [1, cap] before scoring (rows per seed whose "
                    "predicted mass reached beyond): " + "; ".join(clipped) + ".")
+    out += _cap_lines(data)
     return [Text(text) for text in out]
+
+
+def _cap_lines(data: list[DistRow]) -> list[str]:
+    """Which predictors' upper quantiles sit at the cap on nearly every row (their censored
+    rows are covered by construction), and which never reach it (their censored rows are all
+    missed)."""
+    full, never = [], []
+    for d in data:
+        q75, q90 = d.static.get("q75_at_cap"), d.static.get("q90_at_cap")
+        if q90 is None or not d.static.get("n_censored"):
+            continue
+        if q90 >= AT_CAP_NEARLY_ALL:
+            full.append(f"{d.label} (Q(0.9) on {100 * q90:.0f}% of rows, Q(0.75) on "
+                        f"{100 * (q75 or 0):.0f}%)")
+        elif q90 == 0:
+            never.append(d.label)
+    out = []
+    if full:
+        out.append("Upper quantiles at the cap on nearly every row (▲): " + "; ".join(full)
+                   + ". Their intervals cover the censored rows by construction, so their "
+                   "coverage says little about which answers run long; P(≥ cap) AUC does.")
+    if never:
+        out.append("No Q(0.9) at the cap on any row (▽): " + ", ".join(never) + ". Every "
+                   "censored row counts as missed.")
+    return out
 
 
 def _pit_plot(data: list[DistRow], path: Path, title: str) -> bool:

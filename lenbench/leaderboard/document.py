@@ -36,6 +36,7 @@ from lenbench.leaderboard.rows import (
     main_legend,
     metric_cell,
     name_cell,
+    oldest_protocol,
 )
 from lenbench.leaderboard.scheduling import scheduling_section
 from lenbench.leaderboard.site import World, write_site
@@ -121,9 +122,9 @@ def _scoring_notes(ok: list[Result], rows: list[Row]) -> list[Block]:
         n = int(censored[0]["n_censored"])
         notes.append(f"{n} test rows are right-censored (cut off at the length cap): a "
                      "prediction at or above the cut-off scores 0 there, a shorter one its "
-                     "shortfall (remaining lengths L − t likewise); rank correlations use the "
-                     "uncensored rows. The noise floor and the distribution scores score these "
-                     "rows too.")
+                     "shortfall (remaining lengths L − t likewise); the C-index counts their "
+                     "pairs whose order is decided, Within ±25% only their certain misses. The "
+                     "noise floor and the distribution scores score these rows too.")
     clipped = []
     for row in rows:
         if row.variant is not None or row.kind != "predictor":
@@ -157,12 +158,16 @@ def _protocol_note(rows: list[Row]) -> list[Block]:
     old = earlier_protocol(shown)
     if not old:
         return []
-    oldest = min(r.protocol_version for r in old)
+    oldest = min(oldest_protocol(r) for r in old)
     changes = "; ".join(PROTOCOL_CHANGES.get(v, f"protocol {v}")
                         for v in range(oldest + 1, PROTOCOL_VERSION + 1))
+    rescored = sum(r.protocol_version == PROTOCOL_VERSION for r in old)
+    partly = (f" {rescored} of them were rescored from their stored predictions, all but "
+              "their decoding variants (whose predictions are not stored): only those rows keep "
+              "the earlier figures." if rescored else "")
     return [Text(f"**Scored under an earlier protocol** ({len(old)} of {len(shown)} results, "
                  f"marked ‡): these figures were computed before {changes} (protocol "
-                 f"{PROTOCOL_VERSION}); rerun the section's runs to rescore them.")]
+                 f"{PROTOCOL_VERSION}); rerun the section's runs to rescore them.{partly}")]
 
 
 def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,

@@ -33,6 +33,7 @@ COLUMN_NOTES = {
     "50% width": "mean width of the central 50% interval, tokens",
     "80% coverage": "share of true lengths inside the central 80% interval",
     "80% width": "mean width of the central 80% interval, tokens",
+    "P(≥ cap) AUC": "AUC of the predicted P(L ≥ cap) for answers that reached the cap",
     "Dyn. CRPS": "CRPS of the remaining-length distributions over decoding steps",
     "Dyn. 80% coverage": "coverage of the remaining-length 80% intervals",
     "Score [95% CI]": "share of the oracle's latency gain over FCFS this predictor reaches",

@@ -29,8 +29,8 @@ from lenbench.results import (
 from lenbench.results.checks import is_number
 
 __all__ = ["MIN_RANKING_PROMPTS", "Row", "build_rows", "earlier_protocol", "main_align",
-           "main_header", "main_legend", "metric_cell", "name_cell", "non_causal", "params_key",
-           "row_cells", "row_marks"]
+           "main_header", "main_legend", "metric_cell", "name_cell", "non_causal",
+           "oldest_protocol", "params_key", "row_cells", "row_marks", "row_protocol"]
 
 MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
 RANKED_BY = ("static.mae", "dynamic.mae")  # rows rank by the first; the second where it is absent
@@ -176,9 +176,21 @@ def non_causal(results: Iterable[Result]) -> bool:
     return any(r.audit_failed for r in results)
 
 
+def oldest_protocol(r: Result) -> int:
+    """The earliest protocol any of a result's figures was computed under (a rescored result
+    keeps the protocol of the blocks it could not recompute)."""
+    return min([r.protocol_version, *r.kept_protocols.values()])
+
+
 def earlier_protocol(results: Iterable[Result]) -> list[Result]:
-    """The results among `results` scored under an earlier protocol than this lenbench's."""
-    return [r for r in results if r.protocol_version < PROTOCOL_VERSION]
+    """The results among `results` with figures scored under an earlier protocol than this
+    lenbench's (all of them, or the blocks a rescoring kept)."""
+    return [r for r in results if oldest_protocol(r) < PROTOCOL_VERSION]
+
+
+def row_protocol(r: Result, variant: str | None) -> int:
+    """The protocol of the figures a row reads from `r`: a variant's block, or the result's."""
+    return r.block_protocol("metrics.variants" if variant is not None else "metrics.static")
 
 
 def row_marks(row: Row) -> list[str]:
@@ -189,7 +201,7 @@ def row_marks(row: Row) -> list[str]:
         marks.append("†")
     if non_causal(row.results):
         marks.append("(non-causal)")
-    if earlier_protocol(row.results):
+    if any(row_protocol(r, row.variant) < PROTOCOL_VERSION for r in row.results):
         marks.append("‡")
     return marks
 

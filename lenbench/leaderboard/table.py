@@ -5,8 +5,9 @@ a script compares runs with pandas instead of parsing markdown, and every cell o
 can be traced to a row here. `variant` is empty for the predictor's own figures and names the
 extra readings a predictor reports (e.g. a classifier's argmax and expectation). Metric names are
 dotted paths into the result file (`static.mae`, `dynamic.mae_ci_low`, `timings.fit_s`,
-`scheduling.score`), so each value can be found in the JSON it came from. `protocol_version` is
-the scoring protocol the run was computed under (1 for files that predate the field): compare
+`scheduling.score`; a distribution's figures as `distribution.static.crps`), so each value can be
+found in the JSON it came from. `protocol_version` is the scoring protocol the figure was computed
+under (1 for files that predate the field; a rescored file's variants keep theirs): compare
 figures across runs of the same protocol only.
 
     lenbench-leaderboard --table results.csv      # the same table, written as CSV
@@ -66,6 +67,9 @@ def result_figures(result: Result) -> list[tuple[str, str, float]]:
         out += [("", m, v) for m, v in _scalars(part, block)]
     for variant, block in sorted(metrics.variants.items()):
         out += [(variant, m, v) for m, v in _scalars("static", block)]
+    dist = metrics.distribution
+    for part, block in (("static", dist.static), ("dynamic", dist.dynamic)) if dist else ():
+        out += [("", m, v) for m, v in _scalars(f"distribution.{part}", block)]
     out += [("", m, v) for m, v in _scalars("timings", dict(result.timings.items()))]
     out += [("", m, v) for m, v in _scheduling_score(result)]
     return out
@@ -84,8 +88,10 @@ def result_rows(result: Result) -> list[dict[str, Any]]:
     """The tidy rows of one result (a failed run gives none: it has no figures)."""
     ident = {"dataset": result.dataset.name, "model": result.model.name,
              "predictor": result.predictor.name, "seed": result.seed, "kind": result.kind,
-             "status": result.status, "protocol_version": result.protocol_version}
-    return [{**ident, "variant": variant, "metric": metric, "value": value}
+             "status": result.status}
+    variants = result.block_protocol("metrics.variants")
+    return [{**ident, "variant": variant, "metric": metric, "value": value,
+             "protocol_version": variants if variant else result.protocol_version}
             for variant, metric, value in result_figures(result)]
 
 

@@ -26,7 +26,8 @@ TRANSFER_LEGEND = (
     "bootstrap over its prompts. Δ vs REF: paired difference to the reference predictor on the "
     "same transfer rows, **bold** where its 95% interval excludes 0. In-world MAE: the same runs' "
     "MAE on this world's test split; Change: transfer minus in-world (positive: worse on the "
-    "other prompt set). Dynamic: remaining-length MAE on the transfer set and in-world. "
+    "other prompt set). C-index: Harrell's C on the transfer rows, as in the main table. "
+    "Dynamic: remaining-length MAE on the transfer set and in-world. "
     "*noise_floor* (ref): the in-sample – leave-one-out bounds on the transfer set's rows of "
     "prompts with two samples or more, censored rows counted at their cut-off as the predictors' "
     "are."
@@ -101,7 +102,7 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
     ref = next((r for r in rows if r.name == ref_name and r.kind == "predictor"), None)
     body = []
     mae, ci, tau, dynamic = (main_spec(key) for key in ("static.mae", "static.mae_ci",
-                                                        "static.kendall_tau", "dynamic.mae"))
+                                                        "static.c_index", "dynamic.mae"))
     for row in rows:
         delta = DASH
         if ref is not None and row.kind == "predictor":
@@ -114,7 +115,7 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
                      mean_std(_in_world_values(row, in_world, "dynamic.mae")),
                      str(len(row.results))])
     header = ["Predictor", "Transfer MAE", "95% CI", f"Δ vs {ref_name or 'reference'}",
-              "In-world MAE", "Change", "Kendall τ", "Dynamic MAE", "In-world dynamic MAE",
+              "In-world MAE", "Change", "C-index", "Dynamic MAE", "In-world dynamic MAE",
               "Seeds"]
     lines += [Table(header, body, caption="transfer"),
               Caption("transfer", TRANSFER_LEGEND.replace("REF", ref_name or "the reference"))]

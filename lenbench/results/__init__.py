@@ -41,6 +41,10 @@ contract between a run and everything that reads it later. Shape of a result::
     environment     environment_info()
     git             git_info()
     created_at      ISO 8601 UTC
+    rescored        optional: {from_protocol, to_protocol, at, kept} written by
+                    `python -m lenbench.results.rescore`, which recomputed the figures it could
+                    from the stored predictions; kept maps each block it could not recompute
+                    (e.g. "metrics.variants") to the protocol its figures are from
 
 A failed run carries the identity fields, ``error`` and whatever else it has; ``metrics`` may be
 null. ``validate_result`` (validation.py) enforces this so that a broken file is reported with its

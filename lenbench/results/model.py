@@ -166,6 +166,7 @@ class Predictions:
     quantiles: list[Any] | None = None
     crps: list[Any] | None = None
     pit: list[Any] | None = None
+    p_cap: list[Any] | None = None  # each row's predicted P(L >= cap)
 
     @classmethod
     def from_mapping(cls, d: Block | None) -> Predictions | None:
@@ -264,6 +265,23 @@ class Result:
     def labels_fingerprint(self) -> str | None:
         """The labels' fingerprint: results with different ones were scored on other data."""
         return self.fingerprints.labels if self.fingerprints else None
+
+    @property
+    def kept_protocols(self) -> dict[str, int]:
+        """The blocks (e.g. "metrics.variants") that a rescoring to this protocol could not
+        recompute from the stored predictions, each with the protocol its figures are from ({}
+        for a result as its run wrote it; lenbench/results/rescore.py)."""
+        kept = self.extra.get("rescored")
+        kept = kept.get("kept") if isinstance(kept, Mapping) else None
+        if not isinstance(kept, Mapping):
+            return {}
+        return {str(k): int(v) for k, v in kept.items()
+                if isinstance(v, int) and not isinstance(v, bool)}
+
+    def block_protocol(self, block: str) -> int:
+        """The protocol the figures of `block` ("metrics.static", "metrics.variants", ...) were
+        computed under."""
+        return self.kept_protocols.get(block, self.protocol_version)
 
     @property
     def audit_failed(self) -> bool:

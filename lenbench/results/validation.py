@@ -20,7 +20,8 @@ def _check_static(m: Any, field: str, source: str) -> None:
     ci = get_field(m, "mae_ci", source, field)
     if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(is_number, ci))):
         raise fail(source, f"{field}.mae_ci", f"should be [low, high] or null, got {ci!r}")
-    for key in ("kendall_tau", "spearman", "within_25", "rmse"):
+    for key in ("kendall_tau", "spearman", "within_25", "rmse", "c_index", "runaway_auc",
+                "mae_uncensored"):
         if key in m:
             check_type(m[key], f"{field}.{key}", source, "number", nullable=True)
 

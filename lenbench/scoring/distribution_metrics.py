@@ -26,11 +26,14 @@ from typing import Any
 import numpy as np
 
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
+from lenbench.scoring.censored_rows import reached_cap
+from lenbench.scoring.concordance import concordance_summary
 from lenbench.scoring.distribution_scores import (
     CRPS_GRID,
     INTERVALS,
     clip_counts,
     crps,
+    mass_at_cap,
     pinball,
     pit,
     row_scores,
@@ -40,8 +43,8 @@ from lenbench.scoring.metrics import _group_ids, _request_means, _rows_by_group,
 from lenbench.scoring.noise_floor import siblings_of_each
 
 __all__ = ["CRPS_GRID", "INTERVALS", "PIT_BINS", "crps", "distribution_metrics",
-           "dynamic_distribution_metrics", "pinball", "pit", "pit_histogram", "row_scores",
-           "score_threshold", "sibling_distributions"]
+           "dynamic_distribution_metrics", "mass_at_cap", "pinball", "pit", "pit_histogram",
+           "row_scores", "runaway_scores", "score_threshold", "sibling_distributions"]
 
 PIT_BINS = 10
 # the reference's quantile grid: fine enough that its piecewise-linear form follows the
@@ -98,6 +101,28 @@ def _clipping(dist: LengthDistribution, cap) -> dict[str, Any]:
             "clipped_mass": float(counts["mass"].mean()) if counts["mass"].size else 0.0}
 
 
+def runaway_scores(p_cap, quantiles, true, groups, censored=None, cap=None, n_boot: int = 1000,
+                   seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
+    """How a distribution treats the cap: ``runaway_auc`` (with ``runaway_auc_ci``) of `p_cap`,
+    each row's P(L >= cap), for "reached the cap", None without a cap or when every row or none
+    reached it; ``q75_at_cap`` and ``q90_at_cap``, the shares of rows whose clipped quantiles
+    at 0.75 and 0.9 (`quantiles`, at QUANTILE_LEVELS) sit at the cap."""
+    out: dict[str, Any] = {"runaway_auc": None, "runaway_auc_ci": None, "q75_at_cap": None,
+                           "q90_at_cap": None}
+    if cap is None or p_cap is None:
+        return out
+    q = np.asarray(quantiles, dtype=np.float64)
+    for level, key in ((0.75, "q75_at_cap"), (0.9, "q90_at_cap")):
+        out[key] = float(np.mean(q[:, QUANTILE_LEVELS.index(level)] >= float(cap))) \
+            if q.size else None
+    reached = reached_cap(true, censored, cap)
+    if 0 < reached.sum() < reached.size:
+        auc = concordance_summary(reached.astype(np.float64), p_cap, groups, None, n_boot, seed,
+                                  ci)
+        out["runaway_auc"], out["runaway_auc_ci"] = auc["value"], auc["ci"]
+    return out
+
+
 def distribution_metrics(dist: LengthDistribution, true, groups, censored=None, cap=None,
                          threshold: float | None = None, n_boot: int = 1000, seed: int = 0,
                          ci: float = 0.95) -> dict[str, Any] | None:
@@ -112,9 +137,12 @@ def distribution_metrics(dist: LengthDistribution, true, groups, censored=None, 
         return None
     top = score_threshold(cap, true, cens, threshold)
     scores = row_scores(dist, true, cens, cap, top, seed)
+    quantiles = np.clip(dist.quantile(QUANTILE_LEVELS), 1.0, np.inf if cap is None else cap)
     return {"n": int(true.size), "n_prompts": int(np.unique(gid).size),
             "n_censored": int(cens.sum()), "threshold": top, **_clipping(dist, cap),
-            **_summary(scores, gid, n_boot, seed, ci)}
+            **_summary(scores, gid, n_boot, seed, ci),
+            **runaway_scores(mass_at_cap(dist, cap), quantiles, true, gid, cens, cap, n_boot,
+                             seed, ci)}
 
 
 def dynamic_distribution_metrics(step_row, step_t, lengths, dist: LengthDistribution, groups,

@@ -39,8 +39,8 @@ import numpy as np
 
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 
-__all__ = ["CRPS_GRID", "INTERVALS", "clip_counts", "crps", "pinball", "pit", "row_scores",
-           "score_threshold"]
+__all__ = ["CRPS_GRID", "INTERVALS", "clip_counts", "crps", "mass_at_cap", "pinball", "pit",
+           "row_scores", "score_threshold"]
 
 INTERVALS = {"50": (0.25, 0.75), "80": (0.1, 0.9)}  # name -> (lower level, upper level)
 CRPS_GRID = 400  # cells of τ for the quantile-form CRPS
@@ -160,6 +160,16 @@ def clip_counts(dist: LengthDistribution, cap=None) -> dict[str, np.ndarray]:
     cap = _per_row(cap, n, np.inf)
     high = np.where(np.isfinite(cap), 1.0 - dist.cdf(np.where(np.isfinite(cap), cap, 0.0)), 0.0)
     return {"low": low > 1e-12, "high": high > 1e-12, "mass": low + high}
+
+
+def mass_at_cap(dist: LengthDistribution, cap) -> np.ndarray | None:
+    """(n,) P(L >= cap) per row: the mass that clipping to [1, cap] puts at the cap, the
+    predicted chance that the answer runs into it (a quantile at the cap counts, through the
+    CDF just below it); None without a cap."""
+    if cap is None:
+        return None
+    below = np.nextafter(_per_row(cap, len(dist), np.inf), 0.0)
+    return np.clip(1.0 - dist.cdf(below), 0.0, 1.0)
 
 
 def row_scores(dist: LengthDistribution, true, censored=None, cap=None, threshold=None,

@@ -15,6 +15,8 @@ Hand-checkable example (two prompts; prompt ``a`` has two samples)::
     -2.6666666666666665
     >>> m["within_25"]           # |2| <= 2.5 yes, |0| <= 5 yes, |-10| <= 10 yes
     1.0
+    >>> m["c_index"]             # pairs (10, 20), (10, 40), (20, 40): 12 < 20 < 30, concordant
+    1.0
     >>> d = dynamic_metrics(step_row=np.array([0, 0, 1]), step_t=np.array([0, 1, 0]),
     ...                     lengths=np.array([2, 4]), pred_remaining=np.array([1, 1, 4]),
     ...                     groups=np.array([0, 1]), n_boot=0)
@@ -30,6 +32,9 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from lenbench.scoring.censored_rows import confirmed_within, reached_cap
+from lenbench.scoring.concordance import concordance_summary
 
 __all__ = [
     "bootstrap_ratio_ci",
@@ -101,18 +106,22 @@ def static_metrics(
     seed: int = 0,
     ci: float = 0.95,
     censored: np.ndarray | None = None,
+    cap: float | None = None,
 ) -> dict[str, Any]:
     """Pointwise and rank metrics of total-length predictions, with a prompt-level bootstrap CI.
 
     Rows whose prediction is not finite (e.g. the noise floor for a prompt with a single sample)
-    are excluded and counted in ``n_excluded`` rather than silently dropped. ``kendall_tau``
-    (tau-b, which corrects for the many ties of integer lengths) and ``spearman`` are None when
-    undefined.
+    are excluded and counted in ``n_excluded`` rather than silently dropped.
 
     ``censored`` marks rows whose true length is only known to be at least ``true`` (the cap cut
     them off): their error is the shortfall ``true - pred`` when the prediction falls short, and
-    0 when it reaches the censoring point (``censored_error``). Rank correlations use the
-    uncensored rows only; ``n_censored`` counts the censored ones scored.
+    0 when it reaches the censoring point (``censored_error``); ``n_censored`` counts them.
+    ``mae_uncensored`` is the MAE over the other rows. ``c_index`` is Harrell's C over every row
+    (``lenbench.scoring.concordance``), the rank score the tables show; ``kendall_tau`` (tau-b)
+    and ``spearman`` use the uncensored rows only and are None when undefined. ``within_25``
+    counts only rows the data decide (``confirmed_within``): ``within_25_n`` of them.
+    ``runaway_auc`` is the AUC of the prediction for "reached the cap" (censored, or as long as
+    `cap`), ``n_runaway`` such rows; None when every row or none reached it.
     """
     true = np.asarray(true, dtype=np.float64).reshape(-1)
     pred = np.asarray(pred, dtype=np.float64).reshape(-1)
@@ -134,20 +143,48 @@ def static_metrics(
 
     err = censored_error(pred, true, cens)
     abs_err = np.abs(err)
-    g_sum = np.bincount(gid, weights=abs_err)
-    g_cnt = np.bincount(gid).astype(np.float64)
-    present = g_cnt > 0
+    gid = np.unique(gid, return_inverse=True)[1].reshape(-1)  # present prompts only
+
+    def share(num: np.ndarray, rows: np.ndarray) -> tuple[float | None, list[float] | None]:
+        """The mean of `num` over `rows`, with its interval over the prompts that have some."""
+        if not rows.any():
+            return None, None
+        g_num = np.bincount(gid[rows], weights=num[rows], minlength=gid.max() + 1)
+        g_cnt = np.bincount(gid[rows], minlength=gid.max() + 1).astype(np.float64)
+        has = g_cnt > 0
+        return float(num[rows].mean()), bootstrap_ratio_ci(g_num[has], g_cnt[has], n_boot,
+                                                           seed, ci)
+
+    everyone = np.ones(true.size, bool)
+    mae, mae_ci = share(abs_err, everyone)
+    mae_unc, mae_unc_ci = share(abs_err, ~cens)
+    hits, decided = confirmed_within(pred, true, cens)
+    within, within_ci = share(hits.astype(np.float64), decided)
+    rank = concordance_summary(true, pred, gid, cens, n_boot, seed, ci)
+    runaway = reached_cap(true, cens, cap)
+    auc = concordance_summary(runaway.astype(np.float64), pred, gid, None, n_boot, seed, ci) \
+        if 0 < runaway.sum() < runaway.size else {"value": None, "ci": None}
     return {
         "n": int(true.size),
         "n_excluded": n_excluded,
-        "n_prompts": int(present.sum()),
-        "mae": float(abs_err.mean()),
-        "mae_ci": bootstrap_ratio_ci(g_sum[present], g_cnt[present], n_boot, seed, ci),
+        "n_prompts": int(gid.max() + 1),
+        "mae": mae,
+        "mae_ci": mae_ci,
+        "mae_uncensored": mae_unc,
+        "mae_uncensored_ci": mae_unc_ci,
         "rmse": float(np.sqrt(np.mean(err**2))),
         "n_censored": int(cens.sum()),
+        "c_index": rank["value"],
+        "c_index_ci": rank["ci"],
+        "n_comparable_pairs": rank["n_pairs"],
         "kendall_tau": _rank_corr(stats.kendalltau, true[~cens], pred[~cens]),
         "spearman": _rank_corr(stats.spearmanr, true[~cens], pred[~cens]),
-        "within_25": float(np.mean(abs_err <= 0.25 * true)),
+        "within_25": within,
+        "within_25_ci": within_ci,
+        "within_25_n": int(decided.sum()),
+        "runaway_auc": auc["value"],
+        "runaway_auc_ci": auc["ci"],
+        "n_runaway": int(runaway.sum()),
         "mean_signed_error": float(err.mean()),
         "mean_true": float(true.mean()),
         "mean_pred": float(pred.mean()),
