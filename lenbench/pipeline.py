@@ -48,7 +48,6 @@ from lenbench.world_checks import (
 )
 from lenbench.worlds.sample_store import SampleStore
 from lenbench.worlds.shipped import (
-    SAMPLES_FILE,
     report_against_shipped,
     sample_key,
     shipped_world_for,
@@ -334,7 +333,7 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
     stage_cfg = generation_stage_config(cfg, model_key)
     shipped = shipped_world_for(gen, stage_cfg)
     if shipped is not None and not gen.get("regenerate"):
-        stage_cfg = {**stage_cfg, "shipped": shipped.card["files"][SAMPLES_FILE]["sha256"]}
+        stage_cfg = {**stage_cfg, "shipped": shipped.digest}
     stage = Stage(cache, "generate", stage_cfg, parent=parent)
     if stage.done:
         return stage

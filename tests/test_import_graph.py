@@ -21,7 +21,7 @@ PACKAGES = ("lenbench", "baselines")
 # holding it; `lenbench` (the package's front door: the contract's names and the config schemas'
 # registration) is placed by its exact name only, so every other module must be listed.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("contract", ("lenbench.contract",)),
+    ("contract", ("lenbench.contract", "lenbench.testing")),
     ("plumbing", ("lenbench.runtime", "lenbench.heads", "lenbench.stages")),
     ("data and scoring", ("lenbench", "lenbench.configs", "lenbench.data", "lenbench.scoring",
                           "lenbench.sim")),
@@ -29,7 +29,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("generation and features", ("lenbench.generation", "lenbench.features")),
     ("results and predictors", ("lenbench.results", "lenbench.outlets", "baselines")),
     ("runs", ("lenbench.evaluate", "lenbench.pipeline", "lenbench.transfer", "lenbench.validate",
-              "lenbench.world_checks", "lenbench.leaderboard")),
+              "lenbench.world_checks", "lenbench.leaderboard", "lenbench.rescore_scheduling",
+              "lenbench.worldbuilding")),
     ("command line", ("lenbench.cli",)),
 )
 ROOT = "lenbench"

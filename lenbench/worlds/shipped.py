@@ -34,7 +34,7 @@ SAMPLES_FILE = "samples.parquet"
 CARD_FILE = "card.json"
 # keys of the generate stage's config that change which samples exist, not what a sample is
 NOT_SAMPLE_KEYS = ("n_samples", "shard_prompts", "keep_censored", "max_prompt_tokens",
-                   "max_length_exclusive", "dense_prompts", "dense_n_samples")
+                   "max_length_exclusive", "dense_prompts", "dense_n_samples", "dense_split")
 
 
 class ShippedWorldError(ValueError):
@@ -44,6 +44,12 @@ class ShippedWorldError(ValueError):
 def sample_key(stage_config: Mapping) -> dict:
     """The part of a generate stage's config that decides each sample's tokens."""
     return {k: v for k, v in stage_config.items() if k not in NOT_SAMPLE_KEYS}
+
+
+def sample_files(card: Mapping) -> list[str]:
+    """The card's sample files, in order: `samples.parquet`, or the chunks of a grown world."""
+    return sorted(f for f in card.get("files", {})
+                  if f.startswith("samples") and f.endswith(".parquet"))
 
 
 def text_sha256(text: str) -> str:
@@ -63,7 +69,11 @@ def available() -> list[str]:
 
 
 def world_folder(name: str) -> Path:
-    """A world shipped in the package by name, or a folder given as a path."""
+    """A world shipped in the package by name (`name@2`: its version 2, shipped as `name_v2`),
+    or a folder given as a path."""
+    if "@" in name and not Path(name).expanduser().exists():
+        base, version = name.rsplit("@", 1)
+        name = base if version in ("1", "v1") else f"{base}_v{version.lstrip('v')}"
     folder = Path(name).expanduser()
     if not (folder / CARD_FILE).exists():
         folder = WORLDS_DIR / name
@@ -82,22 +92,41 @@ class ShippedWorld:
 
     @classmethod
     def load(cls, name: str) -> ShippedWorld:
-        """Read a world and check its file against the card's sha256."""
+        """Read a world and check each of its sample files against the card's sha256 (a world
+        that grows ships its samples in several files, `samples-000.parquet`, ...)."""
         folder = world_folder(name)
         card = json.loads((folder / CARD_FILE).read_text())
-        path = folder / SAMPLES_FILE
-        if not path.exists():
-            raise ShippedWorldError(f"shipped world {name!r}: {path} is missing")
-        expected = card["files"][SAMPLES_FILE]["sha256"]
-        if (actual := file_sha256(path)) != expected:
-            raise ShippedWorldError(f"shipped world {name!r}: {path} has sha256 {actual[:16]}..., "
-                                    f"its card says {expected[:16]}...: the file is damaged or "
-                                    "was changed; reinstall lenbench or rebuild the world")
-        return cls(name, folder, card, pd.read_parquet(path))
+        parts = []
+        for file in sample_files(card):
+            path = folder / file
+            if not path.exists():
+                raise ShippedWorldError(f"shipped world {name!r}: {path} is missing")
+            expected = card["files"][file]["sha256"]
+            if (actual := file_sha256(path)) != expected:
+                raise ShippedWorldError(
+                    f"shipped world {name!r}: {path} has sha256 {actual[:16]}..., its card says "
+                    f"{expected[:16]}...: the file is damaged or was changed; reinstall lenbench "
+                    "or rebuild the world")
+            parts.append(pd.read_parquet(path))
+        if not parts:
+            raise ShippedWorldError(f"shipped world {name!r}: its card lists no sample file")
+        return cls(name, folder, card, pd.concat(parts, ignore_index=True))
 
     @property
-    def fingerprint(self) -> str:
-        return str(self.card["labels_fingerprint"])
+    def digest(self) -> str:
+        """The sha256 of its samples (of the files' sha256s, for a world in several files)."""
+        shas = [self.card["files"][f]["sha256"] for f in sample_files(self.card)]
+        return shas[0] if len(shas) == 1 else hashlib.sha256("".join(shas).encode()).hexdigest()
+
+    @property
+    def complete(self) -> bool:
+        """False while a world is still growing towards its size (its card says how far)."""
+        return bool((self.card.get("progress") or {}).get("complete", True))
+
+    @property
+    def fingerprint(self) -> str | None:
+        value = self.card.get("labels_fingerprint")
+        return None if value is None else str(value)
 
     def differences(self, run_sample_key: Mapping) -> list[str]:
         """The settings in which this run differs from the world's build ([] when it fits)."""

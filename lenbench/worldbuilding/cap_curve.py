@@ -6,9 +6,9 @@ each of a world's first test prompts, generated with the widest cap, and for eac
 share that ended on EOS within it (the same answers cut shorter, since a sample's tokens do not
 depend on the cap). Where the curve flattens, what is still censored are answers that loop.
 
-    python -m lenbench.worlds.cap_curve generate --experiment real_smollm2_v2 --worker 0 --workers 2
-    python -m lenbench.worlds.cap_curve generate --experiment real_smollm2_v2 --worker 1 --workers 2
-    python -m lenbench.worlds.cap_curve report --experiment real_smollm2_v2 \\
+    python -m lenbench.worldbuilding.cap_curve generate --worker 0 --workers 2
+    python -m lenbench.worldbuilding.cap_curve generate --worker 1 --workers 2
+    python -m lenbench.worldbuilding.cap_curve report \\
         --json lenbench/worlds/smollm2_sharegpt_v2/cap-curve.json --plot docs/img/cap-curve.png
 
 `generate` is resumable (shards of whole prompts, written as they finish); the samples are the

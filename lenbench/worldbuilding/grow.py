@@ -1,0 +1,228 @@
+"""Grow a shipped world chunk by chunk, so that a build longer than one sitting loses nothing.
+
+A world's build can take longer than anyone keeps a machine. Every sample the generate stage makes
+is kept in the cache's sample store as its shard finishes; `grow` moves the samples the world
+wants and does not ship yet into a new chunk file of the world (`samples-NNN.parquet`, no prompt
+text) and updates its card: the files and their sha256, how many of the wanted samples it holds,
+and, per chunk, the machine and software that made it. Commit the folder after each call. A
+later run (on this machine or another) reads the chunks as known samples and generates only the
+rest; when nothing is missing the card says `complete` and records the labels' fingerprint.
+
+    python -m lenbench.worldbuilding.grow --out lenbench/worlds/smollm2_sharegpt_v2
+    # with the cap curve's samples (made at a wider cap) cut at the world's cap:
+    python -m lenbench.worldbuilding.grow --out lenbench/worlds/smollm2_sharegpt_v2 \\
+        --curve 200,8,1536
+
+A sample's tokens depend only on its prompt, its seed and the sampling settings, not on the cap
+beyond its own length: a sample generated with a wider cap, cut at the world's cap (marked
+`length` unless it ended on EOS within it), is the sample the world's cap would have made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+from lenbench.stages import atomic_write_bytes, stable_hash
+from lenbench.worlds.pack import CPU_FLAGS, LICENSE, PACKAGES
+from lenbench.worlds.sample_store import KnownSample, SampleStore
+from lenbench.worlds.shipped import CARD_FILE, file_sha256, sample_files, text_sha256
+
+log = logging.getLogger(__name__)
+
+
+def cut_at_cap(sample: KnownSample, cap: int) -> KnownSample:
+    """The sample a `cap`-token limit makes of one generated under a wider limit."""
+    ids = sample.output_ids
+    if sample.finish_reason == "stop" and len(ids) <= cap:
+        return sample
+    return KnownSample(sample.prompt_sha, tuple(ids[:cap]), "length")
+
+
+def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: dict) -> list[tuple[int, int]]:
+    """(prompt row, sample index) of every sample the world holds when complete: the generate
+    stage's own rule (`n_samples`, and `dense_n_samples` for the first `dense_prompts`
+    prompts, of `dense_split` if set), over the prompts within the prompt-token limit."""
+    dense_n, dense_p, split = gen.get("dense_n_samples"), int(gen.get("dense_prompts") or 0), \
+        gen.get("dense_split")
+    chosen = (prompts["split"] == split) & pd.Series(fits, prompts.index) if split else \
+        pd.Series(True, prompts.index)
+    dense = set(prompts.index[chosen][:dense_p]) if dense_n else set()
+    return [(i, s) for i in prompts.index if fits[i]
+            for s in range(int(dense_n) if i in dense else int(gen["n_samples"]))]
+
+
+def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | None = None,
+         description: str = "", overrides: list[str] | None = None) -> dict:
+    """Add the samples the world wants and lacks (from the store, or the curve) as a chunk."""
+    from lenbench.models.chat import render_prompt
+    from lenbench.models.loading import resolve_dtype, resolve_model
+    from lenbench.pipeline import _promptset_stage, generation_stage_config
+    from lenbench.worldbuilding.cap_curve import compose
+    from lenbench.worlds.shipped import sample_key
+
+    cfg = compose(experiment, overrides)
+    cache = Path(cfg["paths"]["cache_dir"])
+    cfg["model"]["dtype"] = resolve_dtype(cfg["model"].get("dtype"), "cpu")
+    model_path, model_key = resolve_model(cfg["model"], cache)
+    _, prompts, ps_card = _promptset_stage(cache, cfg["dataset"])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    gen = cfg["generation"]
+    rendered = [render_prompt(tokenizer, t, dict(cfg["model"].get("chat_template_kwargs") or {}))
+                for t in prompts["text"]]
+    fits = [len(r) <= gen["max_prompt_tokens"] for r in rendered]
+    key = sample_key(generation_stage_config(cfg, model_key))
+    store = SampleStore(cache / "samples" / stable_hash(key))
+    known = dict(store.load())
+    if curve:
+        known.update({k: v for k, v in _curve_samples(cfg, curve).items() if k not in known})
+
+    out.mkdir(parents=True, exist_ok=True)
+    card_path = out / CARD_FILE
+    card = json.loads(card_path.read_text()) if card_path.exists() else None
+    if card is not None and card["sample_key"] != json.loads(json.dumps(key, default=str)):
+        raise SystemExit(f"grow: {out} was built with sample key {card['sample_key']}, this "
+                         f"experiment's is {key}; grow another folder")
+    have = set()
+    for f in sample_files(card or {}):
+        part = pd.read_parquet(out / f, columns=["prompt_id", "sample_idx"])
+        have |= set(zip(part["prompt_id"], part["sample_idx"].astype(int)))
+
+    wanted = wanted_samples(prompts, fits, gen)
+    sha_of = {i: _prompt_sha(rendered[i]) for i in prompts.index if fits[i]}
+    new = [(i, s) for i, s in wanted if (prompts.at[i, "prompt_id"], s) not in have
+           and (hit := known.get((prompts.at[i, "prompt_id"], s))) is not None
+           and hit.prompt_sha == sha_of[i]]
+    n_chunks = len(sample_files(card or {}))
+    files = dict((card or {}).get("files", {}))
+    builds = list((card or {}).get("chunks", []))
+    if new:
+        chunk = f"samples-{n_chunks:03d}.parquet"
+        rows = _rows(prompts, new, known, sha_of)
+        rows.to_parquet(out / chunk, index=False, compression="zstd", compression_level=19)
+        files[chunk] = {"sha256": file_sha256(out / chunk), "bytes": (out / chunk).stat().st_size}
+        builds.append({"file": chunk, "samples": len(rows), "created": dt.date.today().isoformat(),
+                       "cpu": cpu_description(CPU_FLAGS), "packages": package_versions(PACKAGES),
+                       "lenbench_commit": lenbench_commit(),
+                       "with_cap_curve": list(curve) if curve else None})
+    present = len(have) + len(new)
+    card = _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
+                 out)
+    atomic_write_bytes(card_path, (json.dumps(card, indent=2, default=str) + "\n").encode())
+    log.info("grow: %s: %d new samples; %d of %d wanted samples shipped (%.1f%%)", out, len(new),
+             present, len(wanted), 100 * present / max(len(wanted), 1))
+    return card
+
+
+def _prompt_sha(ids) -> str:
+    from lenbench.worlds.sample_store import prompt_tokens_sha
+
+    return prompt_tokens_sha(ids)
+
+
+def _curve_samples(cfg: dict, curve: tuple[int, int, int]) -> dict:
+    """The cap curve's samples (`curve`: its prompts, samples and cap), cut at the world's cap."""
+    from lenbench.worldbuilding.cap_curve import stage_folder
+
+    folder = stage_folder(cfg, *curve) / "shards"
+    shards = sorted(folder.glob("shard-*.parquet"))
+    if not shards:
+        raise SystemExit(f"grow: no cap-curve samples in {folder}")
+    df = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    cap = int(cfg["generation"]["max_new_tokens"])
+    if cap > curve[2]:
+        raise SystemExit(f"grow: the curve's cap {curve[2]} is below the world's {cap}")
+    return {(str(p), int(s)): cut_at_cap(KnownSample(_prompt_sha(list(ids)),
+                                                     tuple(int(t) for t in out), str(fin)), cap)
+            for p, s, ids, out, fin in zip(df["prompt_id"], df["sample_idx"],
+                                           df["prompt_token_ids"], df["output_token_ids"],
+                                           df["finish_reason"])}
+
+
+def _rows(prompts: pd.DataFrame, new: list[tuple[int, int]], known: dict,
+          sha_of: dict) -> pd.DataFrame:
+    meta = [json.loads(m or "{}") for m in prompts["meta"]] if "meta" in prompts else \
+        [{}] * len(prompts)
+    samples = [known[(prompts.at[i, "prompt_id"], s)] for i, s in new]
+    largest = max((max(k.output_ids, default=0) for k in samples), default=0)
+    dtype = np.uint16 if largest < 2**16 else np.uint32
+    return pd.DataFrame({
+        "prompt_id": [str(prompts.at[i, "prompt_id"]) for i, _ in new],
+        "record": [str(meta[i].get("id", "")) for i, _ in new],
+        "text_sha256": [text_sha256(prompts.at[i, "text"]) for i, _ in new],
+        "prompt_sha": [sha_of[i] for i, _ in new],
+        "sample_idx": np.asarray([s for _, s in new], dtype=np.int16),
+        "split": [str(prompts.at[i, "split"]) for i, _ in new],
+        "output_token_ids": [np.asarray(k.output_ids, dtype=dtype) for k in samples],
+        "L": np.asarray([len(k.output_ids) for k in samples], dtype=np.int32),
+        "finish_reason": [k.finish_reason for k in samples],
+    })
+
+
+def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
+          out: Path) -> dict:
+    parts = [pd.read_parquet(out / f, columns=["prompt_id", "split", "L", "finish_reason"])
+             for f in sorted(files)]
+    shipped = pd.concat(parts, ignore_index=True) if parts else \
+        pd.DataFrame(columns=["prompt_id", "split", "L", "finish_reason"])
+    gen = cfg["generation"]
+    wanted_prompts = {prompts.at[i, "prompt_id"] for i, _ in wanted}
+    return {
+        "name": name, "version": 2, "description": description,
+        "dataset": {"source_package": {k: v for k, v in (ps_card.get("source") or {}).items()
+                                       if k != "path"},  # no path of the building machine
+                    "settings": {k: cfg["dataset"].get(k) for k in
+                                 ("name", "turns", "max_words", "limit", "split", "split_salt")},
+                    "n_prompts": len(wanted_prompts),
+                    "prompts_per_split": prompts[prompts["prompt_id"].isin(wanted_prompts)]
+                    .groupby("split").size().to_dict()},
+        "generation": {k: gen.get(k) for k in (
+            "temperature", "top_p", "max_new_tokens", "seed", "n_samples", "dense_prompts",
+            "dense_n_samples", "dense_split", "keep_censored", "max_prompt_tokens", "backend")},
+        "model_dtype": cfg["model"].get("dtype"),
+        "sample_key": key,
+        "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
+                     "complete": present >= len(wanted)},
+        "stats": {"samples": len(shipped),
+                  "censored_share": float((shipped["finish_reason"] == "length").mean())
+                  if len(shipped) else None,
+                  "mean_L": float(shipped["L"].mean()) if len(shipped) else None,
+                  "prompts": int(shipped["prompt_id"].nunique())},
+        "files": files, "chunks": builds,
+        "labels_fingerprint": None,  # None while the world grows
+        "license": LICENSE,
+        "rebuild": f"lenbench experiment={cfg.get('experiment_name', 'real_smollm2_v2')} "
+                   "generation.regenerate=true",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--out", type=Path, required=True, help="the world's folder")
+    ap.add_argument("--name", default=None, help="default: the folder's name")
+    ap.add_argument("--curve", default=None, metavar="PROMPTS,SAMPLES,CAP",
+                    help="also take the cap curve's samples (e.g. 200,8,1536), cut at the cap")
+    ap.add_argument("--description", default="")
+    ap.add_argument("overrides", nargs="*", help="config overrides, as on the lenbench CLI")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    curve = tuple(int(x) for x in args.curve.split(",")) if args.curve else None
+    card = grow(args.experiment, args.out, args.name or args.out.name, curve,
+                args.description, args.overrides)
+    p = card["progress"]
+    print(f"{args.out}: {p['shipped_samples']} of {p['wanted_samples']} samples"
+          f"{' (complete)' if p['complete'] else ''}; files: {', '.join(card['files'])}")
+
+
+if __name__ == "__main__":
+    main()
