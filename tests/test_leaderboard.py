@@ -50,7 +50,7 @@ def test_mean_std_over_seeds(board: str) -> None:
     assert rows["mlp_probe"] == (
         "| mlp_probe | 82.0 ± 2.8 | [72.0, 92.0] | (reference) | 72.0 [62.0, 82.0] "
         "| 0.75 [0.65, 0.85] | 0.85 [0.75, 0.95] | 31.2% of 7 "
-        "| 62.0 ± 2.8 | (reference) | 3.00 | 0.6 | 12.3k | 2 |")
+        "| 62.0 ± 2.8 | (reference) | 3.00 | 0.6 | 12.3k | n/a | 2 |")
     # bin_classifier 90, 100: mean 95, std sqrt(25 + 25) = 7.07; static only -> "—" dynamic
     assert rows["bin_classifier"].startswith("| bin_classifier | 95.0 ± 7.1 | [85.0, 105.0] |")
     # no Δ: these files predate row identities, so they cannot be paired; no dynamic MAE

@@ -33,7 +33,7 @@ def _main_table(md: str) -> list[list[str]]:
 def test_the_built_in_specs_give_the_main_table_its_columns() -> None:
     assert main_header() == ["Predictor", "Static MAE", "95% CI", "Uncens. MAE", "C-index",
                              "Runaway AUC", "Within ±25%", "Dynamic MAE", "Fit (s)",
-                             "ms/request", "Params", "Seeds"]
+                             "ms/request", "Params", "Audit", "Seeds"]
     assert [s.delta for s in metric_specs.MAIN_METRICS if s.delta] == ["static", "dynamic"]
     assert main_legend().startswith(main_spec("static.mae").caption + " 95% CI: ")
     with pytest.raises(KeyError, match="add a MetricSpec"):

@@ -86,6 +86,15 @@ def count_of() -> CellFormat:
     return lambda figures, key: cells.count(cells.mean(figures.values(key)))
 
 
+def audit_of() -> CellFormat:
+    """A verdict over seeds (1 passed, 0 failed): non-causal when a seed's audit failed,
+    passed when every audited seed's passed, n/a where no audit was recorded."""
+    def cell(figures: Figures, key: str) -> str:
+        values = figures.values(key)
+        return "n/a" if not values else "passed" if min(values) == 1 else "non-causal"
+    return cell
+
+
 def interval_of(digits: int = 1) -> CellFormat:
     """An interval `key` (the tidy table's `<key>_low`, `<key>_high`), bounds averaged over
     seeds."""
@@ -179,6 +188,12 @@ MAIN_METRICS: tuple[MetricSpec, ...] = (
                note="prediction time per request in milliseconds"),
     MetricSpec("timings.n_parameters", "Params", count_of(), better="",
                note="parameter count of the predictor"),
+    MetricSpec("causality.passed", "Audit", audit_of(), better="",
+               note="the audit of what was scored: passed, non-causal or n/a",
+               caption="Audit: passed where, for every audited seed, a fresh copy of the "
+                       "fitted predictor reproduced the audited scored values with what the "
+                       "protocol hides from it changed; non-causal where one did not; n/a where "
+                       "no audit was recorded (references, results written before the audit)."),
 )
 
 

@@ -10,6 +10,11 @@ found in the JSON it came from. `protocol_version` is the scoring protocol the f
 under (1 for files that predate the field; a rescored file's variants keep theirs): compare
 figures across runs of the same protocol only.
 
+Each row also names where its figure comes from: `labels`, the fingerprint of the labels it was
+scored on (two builds of one world are two label sets), `params`, the key of the predictor's
+arguments (the leaderboard's "[params ...]"), and `result`, the result file's path in the folder.
+Every column but `value` together is the row's key, unique in a table.
+
     lenbench-leaderboard --table results.csv      # the same table, written as CSV
 """
 
@@ -22,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from lenbench.results import Result, load_results
+from lenbench.results import Result, computing_params, config_hash, load_results
 
-COLUMNS = ["dataset", "model", "predictor", "variant", "seed", "kind", "status",
-           "protocol_version", "metric", "value"]
+COLUMNS = ["dataset", "model", "labels", "predictor", "params", "variant", "seed", "kind",
+           "status", "protocol_version", "result", "metric", "value"]
 
 
 def _number(x: Any) -> float | None:
@@ -72,7 +77,23 @@ def result_figures(result: Result) -> list[tuple[str, str, float]]:
         out += [("", m, v) for m, v in _scalars(f"distribution.{part}", block)]
     out += [("", m, v) for m, v in _scalars("timings", dict(result.timings.items()))]
     out += [("", m, v) for m, v in _scheduling_score(result)]
+    out += [("", m, v) for m, v in _audit(result)]
     return out
+
+
+def _audit(result: Result) -> Iterable[tuple[str, float]]:
+    """The audit's verdict as a figure, `causality.passed`: 1 passed, 0 failed (non-causal);
+    none where no audit was recorded (references, files from before the audit)."""
+    passed = (result.causality or {}).get("passed")
+    if isinstance(passed, bool):
+        yield "causality.passed", float(passed)
+
+
+def _provenance(result: Result) -> dict[str, str]:
+    """Where a result's figures come from: its labels, its predictor's arguments, its file."""
+    return {"labels": str((result.fingerprints and result.fingerprints.labels) or ""),
+            "params": config_hash(computing_params(result.predictor.params)),
+            "result": result.source}
 
 
 def figures(result: Result, variant: str | None = None) -> dict[str, float]:
@@ -88,6 +109,7 @@ def result_rows(result: Result) -> list[dict[str, Any]]:
     """The tidy rows of one result (a failed run gives none: it has no figures)."""
     ident = {"dataset": result.dataset.name, "model": result.model.name,
              "predictor": result.predictor.name, "seed": result.seed, "kind": result.kind,
+             **_provenance(result),
              "status": result.status}
     variants = result.block_protocol("metrics.variants")
     return [{**ident, "variant": variant, "metric": metric, "value": value,
