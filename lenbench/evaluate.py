@@ -28,10 +28,9 @@ from lenbench.results import (
     environment_info,
     git_info,
     json_safe,
-    result_path,
     utc_now,
-    write_result,
 )
+from lenbench.results.store import save_result
 from lenbench.runtime.process import seed_everything
 from lenbench.scoring.audit import ScoredRecord, audit_scored
 from lenbench.scoring.distribution_metrics import (
@@ -349,8 +348,6 @@ def noise_floor_result(world: World, cfg: dict,
 
 
 def save(result: dict[str, Any], results_dir: str | Path) -> Path:
-    path = result_path(results_dir, result["dataset"]["name"], result["model"]["name"],
-                       result["predictor"]["name"], result["config_hash"],
-                       (result.get("fingerprints") or {}).get("labels"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_result(path, result)
+    """Write the result at its identity's path, never over other figures
+    (lenbench/results/store.py); returns the path written."""
+    return save_result(result, results_dir)
