@@ -2,13 +2,18 @@
 
 `lenbench` alone evaluates the default suite on the default world; `lenbench predictor=NAME`
 runs one; `lenbench -m predictor=a,b seed=0,1` sweeps. Each predictor's run is recorded as a
-result file, failed runs included, and the leaderboard is rebuilt at the end of a run or sweep.
+result file, failed runs included, and the leaderboard is rebuilt at the end of a run or sweep; a
+run or sweep in which a predictor failed then exits with status 1 after one line naming it. A
+config that cannot run (an unknown key, a wrong type, an argument a constructor refuses) stops
+before any stage with one line per problem and exit status 2.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ from lenbench.contract.instantiate import (
 from lenbench.data.sources.reading import SourceError
 from lenbench.generation.llamacpp_server import LlamaServerError
 from lenbench.models.gguf import ModelSourceError
-from lenbench.validate import ConfigError, check_config
+from lenbench.validate import ConfigError, check_config, unknown_key_problems
 from lenbench.worlds.shipped import ShippedWorldError
 
 # the configs ship inside the package (the repository's top-level conf/ links here)
@@ -40,6 +45,13 @@ USER_ERRORS = (ConfigError, SourceError, ShippedWorldError)
 # llama-server that died): one line saying what to do, exit status 2, no traceback.
 SETUP_ERRORS = (ModelSourceError, LlamaServerError)
 log = logging.getLogger(__name__)
+# Groups whose node is always a mapping. On the command line `group.key=value` may set a key the
+# preset leaves out (any constructor argument of a predictor, `predictor.k=3`), and a key no
+# schema knows is refused after composition naming the closest one (`check_run_config`), instead
+# of by Hydra's struct error with its advice to append the key.
+OPEN_GROUPS = ("predictor", "dataset", "model", "generation", "features", "eval", "paths", "sim")
+_GROUP_KEY = re.compile(rf"^(?:{'|'.join(OPEN_GROUPS)})\.[^=@/]+=")
+FAILURES_FILE = "failed_predictors.txt"  # a sweep job's failures, read when the sweep ends
 
 
 def _predictor_configs(cfg: DictConfig) -> list[tuple[str, dict]]:
@@ -98,12 +110,49 @@ def check_run_config(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, d
     """What `run` checks before any work, reading only the config: the values resolved, every
     field validated, every predictor's arguments against its class. Returns the resolved config
     and the (name, config) of each predictor to run; raises `ConfigError` naming each problem."""
+    unknown = unknown_key_problems(cfg)
+    if unknown:
+        raise ConfigError(unknown)
     container = resolved_config(cfg)
     check_config(container)
     worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
     members = [] if worker else _predictor_configs(cfg)
     check_predictor_args(members, container)
     return container, members
+
+
+def build_predictors(members: list[tuple[str, dict]]) -> list[tuple[str, dict, Any]]:
+    """Each predictor built from its config, before any stage: a constructor that refuses its
+    arguments (a ValueError on `k=0`) stops the run here, one line per predictor, instead of
+    after the labels and features are built."""
+    built, problems, first = [], [], None
+    for name, pcfg in members:
+        try:
+            built.append((name, pcfg, instantiate_predictor(pcfg)))
+        except Exception as exc:  # noqa: BLE001 - whatever the constructor raised is the user's
+            problems.append(f"predictor {name} could not be built: {type(exc).__name__}: "
+                            f"{_first_line(exc)}")
+            first = first or exc
+    if problems:
+        raise ConfigError(problems) from first
+    return built
+
+
+def _first_line(message: object, limit: int = 200) -> str:
+    text = (str(message).strip().splitlines() or [""])[0]
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def failure_summary(written: list[dict[str, Any]]) -> str | None:
+    """One line naming each predictor that failed and why (None when none did)."""
+    failed = [r for r in written if r.get("status") == "failed"]
+    if not failed:
+        return None
+    what = "; ".join(f"{r['predictor']['name']} ({r['error']['type']}: "
+                     f"{_first_line(r['error']['message'], 120)})" for r in failed)
+    return (f"{len(failed)} of {len(written)} results failed: {what}. The other results and the "
+            "leaderboard were written; each failed result file holds its traceback "
+            "(eval.raise_on_error=true stops at the first failure)")
 
 
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -120,6 +169,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     )
 
     container, members = check_run_config(cfg)
+    built = build_predictors(members)  # constructors refuse bad arguments before any stage
     worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
     cap = label_import_cap(container)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
@@ -128,6 +178,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             cfg.generation.max_new_tokens = cap
         container = resolved_config(cfg)
         members = [] if worker else _predictor_configs(cfg)  # ${generation.max_new_tokens}
+        built = build_predictors(members)
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
     check_transfer(container, cap)  # a second prompt set (dataset@transfer=...), if any
@@ -139,17 +190,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             prepare_world(transfer_run_config(container), need_features=False, progress=progress,
                           generate_only=True)
         return []
-    built: list[tuple[str, dict, Any]] = []  # a predictor, or the exception its constructor raised
-    for name, pcfg in members:
-        try:
-            built.append((name, pcfg, instantiate_predictor(pcfg)))
-        except Exception as exc:
-            if cfg.eval.raise_on_error:
-                raise
-            log.exception("predictor %s could not be built", name)
-            built.append((name, pcfg, exc))
-    need_features = any(not isinstance(p, Exception) and p.needs.features for _, _, p in built)
-    needs = [p.needs for _, _, p in built if not isinstance(p, Exception)]
+    need_features = any(p.needs.features for _, _, p in built)
+    needs = [p.needs for _, _, p in built]
     world = prepare_world(container, need_features=need_features, progress=progress, needs=needs)
     tworld = None if container.get("transfer") is None else prepare_transfer(
         container, world, need_features=need_features, progress=progress, needs=needs)
@@ -159,8 +201,6 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     for name, pcfg, predictor in built:
         run_cfg = {**container, "predictor": pcfg}
         try:
-            if isinstance(predictor, Exception):
-                raise predictor
             result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
             if tworld is not None:
                 attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
@@ -168,7 +208,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)
             result = failed_result(world, name, pcfg, run_cfg, seed, exc)
-            save(result, results_dir)
+            log.info("wrote %s (the failure and its traceback)", save(result, results_dir))
             written.append(result)
             if cfg.eval.raise_on_error:
                 raise
@@ -223,16 +263,37 @@ def rebuild_leaderboard(results_dir: str, leaderboard_dir: str) -> None:
 
 
 class LeaderboardCallback(Callback):
-    """Rebuild the leaderboard once when a multirun ends (jobs skip it to avoid races)."""
+    """Rebuild the leaderboard once when a multirun ends (jobs skip it to avoid races), then
+    exit with status 1 naming the predictors that failed in any job."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rebuild_leaderboard(config.paths.results_dir, config.paths.leaderboard_dir)
+        found = sorted(Path(str(config.hydra.sweep.dir)).glob(f"*/{FAILURES_FILE}"))
+        lines = [line for path in found for line in path.read_text().splitlines() if line]
+        if lines:
+            for line in lines:
+                print(f"lenbench: job {line}", file=sys.stderr)
+            sys.exit(1)
+
+
+def _report_failures(cfg: DictConfig, written: list[dict[str, Any]]) -> None:
+    """A run whose predictors failed exits with status 1 after writing everything else; a sweep
+    job leaves its line beside its log for the sweep's end to report."""
+    summary = failure_summary(written)
+    if summary is None:
+        return
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        (Path(hc.runtime.output_dir) / FAILURES_FILE).write_text(f"{hc.job.num}: {summary}\n")
+        return
+    print(f"lenbench: {summary}", file=sys.stderr)
+    sys.exit(1)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig) -> None:
     try:
-        run(cfg)
+        written = run(cfg)
     except USER_ERRORS as exc:
         if cfg.debug:
             raise
@@ -249,10 +310,51 @@ def _app(cfg: DictConfig) -> None:
         sys.exit(2)
     if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.worker is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
+    _report_failures(cfg, written)
+
+
+def open_group_overrides(args: list[str]) -> list[str]:
+    """`group.key=value` for the groups of `OPEN_GROUPS` as `++group.key=value`: set whether or
+    not the preset lists the key; an unknown one is then refused by `check_run_config`."""
+    return [f"++{a}" if _GROUP_KEY.match(a) else a for a in args]
+
+
+def composition_lines(exc: Exception) -> list[str]:
+    """Hydra's refusal of a command line as lenbench's lines: the field and what is wrong with
+    it, without Hydra's advice to append an unknown key or the `++` lenbench added."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    from lenbench.configs.run import LenbenchConfig
+    from lenbench.validate import unknown_key_line
+
+    cause, key = exc.__cause__, getattr(exc.__cause__, "full_key", None)
+    if isinstance(cause, ConfigKeyError | ConfigAttributeError) and key:
+        where = key.rpartition(".")[0]
+        known = list(LenbenchConfig.__dataclass_fields__) if not where else None
+        hint = " (a transfer set is chosen first: dataset@transfer=PRESET)" \
+            if where == "transfer" else ""
+        return [unknown_key_line(key, where, known) + hint]
+    if isinstance(cause, OmegaConfBaseException) and key:
+        return [f"{key}: {str(cause.msg).splitlines()[0]}"]
+    return [str(exc).replace("override ++", "override ").strip()]
 
 
 def main() -> None:
-    _app()
+    sys.argv[1:] = open_group_overrides(sys.argv[1:])
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    hydra_traces = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors reach this function, to word them
+    try:
+        _app()
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        if hydra_traces:
+            raise
+        for line in composition_lines(exc):
+            print(line if "\n" in line else f"lenbench: {line}", file=sys.stderr)
+        print("lenbench: stopped before any model work (HYDRA_FULL_ERROR=1 shows the "
+              "traceback)", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

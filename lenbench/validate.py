@@ -254,6 +254,46 @@ def _sim_problems(sim: Any) -> list[str]:
     return []
 
 
+def unknown_key_line(field: str, where: str, known: list[str] | None) -> str:
+    """The line for `field`, a key that `where` (a dotted node, "" for the root) does not have:
+    the closest key it has, else all of them."""
+    import difflib
+
+    name = field.rpartition(".")[2]
+    if not known:
+        return f"{field}: not a key of {where or 'the config'}"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    hint = f"did you mean {where + '.' if where else ''}{close[0]}?" if close else \
+        f"it has {', '.join(sorted(known))}"
+    return f"{field}: not a key of {where or 'the config'} ({hint})"
+
+
+def unknown_key_problems(cfg: Any, where: str = "") -> list[str]:
+    """One line per key of a composed config (a DictConfig) that its node's schema does not
+    know, naming the closest key the schema has: a key appended on the command line
+    (`+generation.temprature=0.5`) would otherwise run the whole suite with the typo stored.
+    Nodes without a schema (a predictor's arguments, `model.toy`) are checked elsewhere."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(cfg, DictConfig) or cfg._is_none() or cfg._is_missing():
+        return []
+    schema = OmegaConf.get_type(cfg)
+    known = [f.name for f in dataclasses.fields(schema)] \
+        if schema is not None and dataclasses.is_dataclass(schema) else None
+    out = []
+    for key in cfg:
+        field = f"{where}.{key}" if where else str(key)
+        if known is not None and key not in known:
+            out.append(unknown_key_line(field, where, known))
+            continue
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig):
+            out += unknown_key_problems(node, field)
+    return out
+
+
 def config_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem found in a resolved run config, one line each (empty when it can run)."""
     problems = _numeric_problems(cfg) + _choice_problems(cfg)

@@ -1,9 +1,10 @@
 """Shared fixtures: offline mode, tiny random Llamas, the toy_tiny model, one end-to-end run.
 
 Nothing here writes into the repository: every cache, results and leaderboard folder is a pytest
-temporary folder. The session fixtures build the toy_tiny model once and run the default suite
-once on a reduced config; later tests reuse that cache (stages are keyed by config, so runs with the
-same upstream overrides reuse the labels and features).
+temporary folder, and the session fails if a test wrote into the repository's tracked data. The
+session fixtures build the toy_tiny model once and run the default suite once on a reduced
+config; later tests reuse that cache (stages are keyed by config, so runs with the same upstream
+overrides reuse the labels and features).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import pytest
 import torch
 from helpers.cli import E2E_UPSTREAM, E2ERun, run_lenbench
 from helpers.models import toy_tiny_model_cfg
+from helpers.tracked import GUARDED, changed_since, tracked_state
+
+TRACKED = pytest.StashKey[dict | None]()  # the tracked data files as the session found them
 
 # The models here are tiny: one thread is faster than two (no pool overhead) and keeps the suite
 # from fighting itself on a 2-core machine. Subprocess runs get `threads=1` for the same reason.
@@ -79,3 +83,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "e2e" in getattr(item, "fixturenames", ()) or "run_lenbench(" in source \
                 or "lenbench_cmd(" in source:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[TRACKED] = tracked_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No test may write into the repository's tracked data (helpers/tracked.py): the session
+    fails naming each file that changed while it ran."""
+    changed = changed_since(session.config.stash.get(TRACKED, None))
+    if not changed:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(changed)} tracked file(s) under {', '.join(GUARDED)} changed while the tests "
+             "ran (a test must write into tmp_path only; or someone else wrote them meanwhile):",
+             *changed[:20]]
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -92,7 +92,10 @@ def test_failing_predictor_is_recorded_and_the_others_written(e2e: E2ERun, tmp_p
     proc = run_lenbench("predictor=boom,constant", SEARCHPATH, *E2E_UPSTREAM,
                         *e2e.paths(tmp_path / "results", tmp_path / "board"),
                         multirun=True, env=_user_env())
-    _ok(proc)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    # the sweep ends with one line per job that failed, naming the predictor and its error
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("lenbench: job ")]
+    assert "boom (RuntimeError: deliberate failure in BoomPredictor.fit)" in line, line
     by_name = {r["predictor"]["name"]: r for r in _results(tmp_path / "results")}
     assert sorted(by_name) == ["boom", "constant", "noise_floor"]
     boom = by_name["boom"]
@@ -187,16 +190,90 @@ def test_bad_config_names_the_field(e2e: E2ERun, tmp_path, override, field):
     assert field in proc.stderr, proc.stderr[-3000:]
 
 
-def test_bad_constructor_argument_is_recorded_not_fatal(e2e: E2ERun, tmp_path):
-    """A suite member whose constructor rejects its config fails alone; the rest still run."""
-    proc = run_lenbench("predictor.suite=[constant,prompt_length]", *E2E_UPSTREAM,
-                        *e2e.paths(tmp_path / "results", tmp_path / "board"))
+def _lenbench_lines(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("lenbench: ")]
+
+
+def test_a_constructor_that_refuses_its_arguments_stops_before_the_world(tmp_path):
+    """Constructors run while the config is checked: a ValueError there (`k=0`) is one line and
+    exit status 2, before any stage is built or any result written."""
+    cache = tmp_path / "cache"
+    proc = run_lenbench("predictor=constant", "predictor.statistic=mode",
+                        f"paths.cache_dir={cache}", f"paths.results_dir={tmp_path / 'results'}",
+                        timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    first, last = _lenbench_lines(proc)
+    assert first.startswith("lenbench: predictor constant could not be built: ValueError: ")
+    assert "constant.statistic" in first and "stopped before any model work" in last
+    proc = run_lenbench("predictor=knn_defaults", "predictor.k=0", SEARCHPATH,
+                        f"paths.cache_dir={cache}", f"paths.results_dir={tmp_path / 'results'}",
+                        env=_user_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _lenbench_lines(proc)[0] == ("lenbench: predictor knn could not be built: "
+                                        "ValueError: knn.k must be >= 1")
+    assert sorted(p.name for p in cache.iterdir()) == ["hydra"]  # no stage was built
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_outside_predictor_takes_any_constructor_argument(e2e: E2ERun, tmp_path):
+    """The preset lists no `k`: `predictor.k=3` still reaches the constructor (a class outside
+    lenbench, its YAML found through hydra.searchpath)."""
+    proc = run_lenbench("predictor=knn_defaults", "predictor.k=3", SEARCHPATH, *E2E_UPSTREAM,
+                        *e2e.paths(tmp_path / "results", tmp_path / "board"), env=_user_env())
     _ok(proc)
-    proc = run_lenbench("predictor=constant", "predictor.statistic=mode", *E2E_UPSTREAM,
-                        *e2e.paths(tmp_path / "results2", tmp_path / "board2"))
+    knn = {r["predictor"]["name"]: r for r in _results(tmp_path / "results")}["knn"]
+    assert knn["status"] == "ok" and knn["predictor"]["params"] == {"k": 3}
+
+
+def test_a_misspelt_predictor_argument_names_the_ones_it_takes(tmp_path):
+    proc = run_lenbench("predictor=knn_defaults", "predictor.kk=3", SEARCHPATH,
+                        f"paths.cache_dir={tmp_path / 'cache'}", env=_user_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _lenbench_lines(proc) == [
+        "lenbench: predictor.kk: not an argument of KNNPredictor (it takes k)",
+        "lenbench: stopped before any model work (debug=true shows the traceback)"]
+
+
+def test_a_predictor_failing_at_predict_time_fails_the_run_after_the_others(e2e: E2ERun,
+                                                                             tmp_path):
+    proc = run_lenbench("predictor.suite=[boom_predict,constant]", SEARCHPATH, *E2E_UPSTREAM,
+                        *e2e.paths(tmp_path / "results", tmp_path / "board"), env=_user_env())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith("lenbench: 1 of 3 results failed: boom_predict (RuntimeError: "
+                              "deliberate failure in BoomPredictor.predict)"), summary
+    by_name = {r["predictor"]["name"]: r["status"] for r in _results(tmp_path / "results")}
+    assert by_name == {"boom_predict": "failed", "constant": "ok", "noise_floor": "ok"}
+    board = (tmp_path / "board" / "README.md").read_text()
+    assert any(ln.startswith("| constant |") for ln in board.splitlines())
+    assert "deliberate failure in BoomPredictor.predict" in board
+
+
+def test_a_run_writes_to_the_users_folders_not_the_published_leaderboard(e2e: E2ERun,
+                                                                           tmp_path):
+    """Without paths.*, results and the leaderboard go to results/ and leaderboard-local/ of
+    the folder lenbench is started from; leaderboard/ is written only when publishing."""
+    proc = run_lenbench("predictor=constant", *E2E_UPSTREAM, f"paths.cache_dir={e2e.cache_dir}",
+                        cwd=tmp_path)
     _ok(proc)
-    by_name = {r["predictor"]["name"]: r for r in _results(tmp_path / "results2")}
-    assert by_name["constant"]["status"] == "failed"
-    assert by_name["constant"]["error"]["type"] == "ValueError"
-    assert "constant.statistic" in by_name["constant"]["error"]["message"]
-    assert by_name["noise_floor"]["status"] == "ok"
+    assert sorted(p.parent.name for p in (tmp_path / "results").rglob("*.json")) == [
+        "constant", "noise_floor"]
+    assert (tmp_path / "leaderboard-local" / "README.md").is_file()
+    assert not (tmp_path / "leaderboard").exists()
+
+
+def test_the_default_folders_are_ignored_and_publishing_is_explicit():
+    from hydra import compose, initialize_config_dir
+
+    from lenbench.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        default = compose("config").paths
+        publish = compose("config", overrides=["paths=publish"]).paths
+    assert (default.results_dir, default.leaderboard_dir) == ("results", "leaderboard-local")
+    assert (publish.results_dir, publish.leaderboard_dir) == ("leaderboard/results", "leaderboard")
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index",
+                              f"{default.results_dir}/w/m/p/x.json",
+                              f"{default.leaderboard_dir}/README.md"],
+                             capture_output=True, text=True, check=False)
+    assert len(ignored.stdout.splitlines()) == 2, ignored

@@ -130,3 +130,68 @@ def test_a_typo_in_the_toy_model_block_is_one_line_before_any_model_work() -> No
     """`model.toy` is ToyModelConfig's fields: a preset's misspelt key is named up front."""
     found = problems("+model.toy.n_layer=3")
     assert len(found) == 1 and found[0].startswith("model.toy: unknown keys ['n_layer']"), found
+
+
+@pytest.mark.parametrize("override", ["generation.temprature=0.5", "+generation.temprature=0.5"])
+def test_an_unknown_key_is_one_line_naming_the_closest_key(tmp_path: Path, override: str) -> None:
+    """Set or appended, a key no schema knows stops the run in two lines, exit status 2, with
+    the key it was probably meant to be and no advice to append it."""
+    proc = run_lenbench(override, f"paths.cache_dir={tmp_path / 'cache'}",
+                        f"paths.results_dir={tmp_path / 'res'}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert lines == ["lenbench: generation.temprature: not a key of generation (did you mean "
+                     "generation.temperature?)",
+                     "lenbench: stopped before any model work (debug=true shows the traceback)"]
+    assert not (tmp_path / "res").exists()
+
+
+def test_unknown_keys_are_named_wherever_a_schema_types_the_node() -> None:
+    from lenbench.validate import unknown_key_problems
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "++sim.qpss=2", "++eval.nboot=3", "++generation.zzz=1", "++predictor.anything=1",
+            "++dataset.split.train=0.7"])
+    found = unknown_key_problems(cfg)
+    zzz = next(p for p in found if p.startswith("generation."))
+    assert zzz.startswith("generation.zzz: not a key of generation (it has backend, ")
+    assert sorted(p.split(":")[0] for p in found) == ["eval.nboot", "generation.zzz", "sim.qpss"]
+    assert "did you mean sim.qps?" in next(p for p in found if p.startswith("sim."))
+    assert "did you mean eval.n_boot?" in next(p for p in found if p.startswith("eval."))
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        assert unknown_key_problems(compose(config_name="config",
+                                            overrides=["experiment=real_smollm2"])) == []
+
+
+def test_the_command_line_opens_group_keys_to_the_checks() -> None:
+    """`group.key=value` is set whether or not the preset lists the key (a constructor argument);
+    groups with a choice (`predictor=knn`), appended and deleted keys and Hydra's own keys are
+    left as written."""
+    from lenbench.cli import open_group_overrides
+
+    assert open_group_overrides([
+        "predictor.k=3", "generation.temprature=0.5", "predictor=knn", "-m", "seed=1",
+        "+dataset.limit=3", "~eval.n_boot", "hydra.searchpath=[file://x]", "--cfg", "job",
+        "dataset@transfer=jsonl", "transfer.path=a.jsonl", "predictor.base.epochs=2",
+    ]) == ["++predictor.k=3", "++generation.temprature=0.5", "predictor=knn", "-m", "seed=1",
+           "+dataset.limit=3", "~eval.n_boot", "hydra.searchpath=[file://x]", "--cfg", "job",
+           "dataset@transfer=jsonl", "transfer.path=a.jsonl", "++predictor.base.epochs=2"]
+
+
+@pytest.mark.parametrize(("override", "first"), [
+    ("generation.max_new_tokens=many", "lenbench: generation.max_new_tokens: Value 'many' of "
+                                       "type 'str' could not be converted to Integer"),
+    ("temprature=0.5", "lenbench: temprature: not a key of the config (it has dataset, "),
+])
+def test_what_hydra_refuses_is_worded_the_same_way(tmp_path: Path, override: str,
+                                                  first: str) -> None:
+    """A wrong type or a root key no schema has fails while Hydra composes the config: the same
+    two lines and exit status 2, with no `++` the command line did not have."""
+    proc = run_lenbench(override, f"paths.cache_dir={tmp_path / 'cache'}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 2 and lines[0].startswith(first), lines
+    assert lines[1] == ("lenbench: stopped before any model work (HYDRA_FULL_ERROR=1 shows the "
+                        "traceback)")
+    assert "++" not in proc.stderr and "append" not in proc.stderr

@@ -35,11 +35,13 @@ class EvalConfig:
 
 @dataclass
 class PathsConfig:
-    """Relative paths are relative to the directory lenbench is started from."""
+    """Relative paths are relative to the directory lenbench is started from. A run writes to
+    the user's own folders; publishing into the committed leaderboard is the explicit
+    `paths=publish` (conf/paths/publish.yaml)."""
 
     cache_dir: str = "${oc.env:LENBENCH_CACHE_DIR,.cache/lenbench}"  # models, labels, features
-    results_dir: str = "leaderboard/results"  # one JSON per run
-    leaderboard_dir: str = "leaderboard"      # README.md + plots
+    results_dir: str = "results"                # one JSON per run
+    leaderboard_dir: str = "leaderboard-local"  # README.md, plots and the site
 
 
 def _omegaconf_type(hint: Any) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lenbench.configs.run import PathsConfig
 from lenbench.leaderboard import metric_specs
 from lenbench.leaderboard.blocks import (
     LEFT,
@@ -329,17 +330,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "with plots, and the same tables as a web site: OUT/index.html (every world "
                     "side by side, filters) and one page per world, self-contained (opens from "
                     "file://, fetches nothing).")
-    parser.add_argument("--results", default="leaderboard/results",
-                        help="folder of result JSON files (default: %(default)s)")
-    parser.add_argument("--out", default="leaderboard",
-                        help="folder for README.md and plots (default: %(default)s)")
+    parser.add_argument("--results", default=PathsConfig.results_dir,
+                        help="folder of result JSON files (default: %(default)s, where `lenbench` "
+                             "writes; the published ones: leaderboard/results)")
+    parser.add_argument("--out", default=PathsConfig.leaderboard_dir,
+                        help="folder for README.md and plots (default: %(default)s; the "
+                             "published leaderboard: leaderboard)")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE,
                         help="predictor the others are compared with, paired over the same "
                              "test rows (default: %(default)s; the constant where absent)")
     parser.add_argument("--table", metavar="PATH",
                         help="also write every figure as one tidy CSV table (dataset, model, "
-                             "predictor, variant, seed, kind, status, protocol_version, "
-                             "metric, value)")
+                             "labels, predictor, params, variant, seed, kind, status, "
+                             "protocol_version, result, metric, value)")
     parser.add_argument("--no-site", action="store_true",
                         help="write README.md and plots only, not the web pages")
     args = parser.parse_args(argv)

@@ -35,9 +35,9 @@ def lenbench_cmd(*overrides: str, multirun: bool = False) -> list[str]:
 
 
 def run_lenbench(*overrides: str, multirun: bool = False, env: dict | None = None,
-                 timeout: float = 600) -> subprocess.CompletedProcess:
+                 timeout: float = 600, cwd: Path = REPO) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(lenbench_cmd(*overrides, multirun=multirun), cwd=REPO, env=full_env,
+    return subprocess.run(lenbench_cmd(*overrides, multirun=multirun), cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
