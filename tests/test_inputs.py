@@ -112,7 +112,7 @@ def test_dynamic_view_hides_the_labels(labels, store):
     assert issubclass(LabelsHidden, RuntimeError)
 
 
-NEEDS = Needs(hidden=("mid",), pooling=("last",))
+NEEDS = Needs(text=True, hidden=("mid",), pooling=("last",))
 
 
 def test_static_view_holds_the_prompt_side(labels, store):
@@ -153,6 +153,11 @@ def test_static_view_exposes_only_the_declared_features(labels, store):
     with pytest.raises(FeatureNotDeclared, match="target_model"):
         _ = static.target
     assert issubclass(FeatureNotDeclared, RuntimeError)
+    # the prompt text goes to predictors that declare it; token ids need no declaration
+    no_text = _view(labels, store).static_view(Needs(hidden=("mid",)))
+    with pytest.raises(FeatureNotDeclared, match=r"Needs\(text=True\)"):
+        _ = no_text.prompts
+    assert no_text.prompt_token_ids == static.prompt_token_ids
     # the same predictor alone (a store with only its features) sees exactly the same
     both = _view(labels, store).static_view(Needs(hidden=("mid",), pooling=("last", "mean")))
     assert both.hidden("mid", "mean")[:, 0].tolist() == [11, 31]

@@ -33,6 +33,7 @@ def test_the_wheel_ships_every_config(tmp_path: Path) -> None:
     assert expected and expected <= shipped
     assert "lenbench/cli.py" in names and "baselines/outlets.py" in names
     assert "lenbench/configs/__init__.py" in names  # the schemas every preset starts from
+    assert "lenbench/testing.py" in names  # synthetic splits for a predictor's own tests
     # the default run's world: the toy model's weights and the toy world's samples, with cards
     world = REPO / "lenbench" / "worlds" / "toyworld"
     shipped = {str(p.relative_to(REPO)) for p in world.rglob("*") if p.is_file()}

@@ -16,8 +16,10 @@ from lenbench.contract.features import POOLINGS, ROLES, STEP_POOLINGS, check_nam
 class Needs:
     """What a predictor reads; the harness computes exactly this and nothing more.
 
-    text: prompt strings. hidden: target-model layer roles (low/mid/high/last = hs[2], hs[L//2],
-    hs[L-3], hs[L]) pooled over the prompt by each name in `pooling`. steps: per-step states of
+    text: prompt strings (the static view's `prompts`, which raises `FeatureNotDeclared` for a
+    predictor that does not declare it; token ids need no declaration). hidden: target-model
+    layer roles (low/mid/high/last = hs[2], hs[L//2], hs[L-3], hs[L]) pooled over the prompt by
+    each name in `pooling`. steps: per-step states of
     the `hidden` roles along the response (dynamic prediction), pooled by each name in
     `step_pooling` ("last": the state at the step; "entropy": the entropy-weighted pool over the
     prompt and the tokens generated so far). target_model: a handle to the

@@ -12,7 +12,8 @@ The three views (the contract each predictor method is held to):
   split): what a server knows right after prefill, and nothing about the response beyond y_1. It
   is built by copying the prompt side out of the split (`SplitView.static_view(needs)`) and holds
   no reference, public or private, to the label table, the feature store, the step arrays or the
-  responses. It offers `name`, `len()`, `prompts`, `prompt_token_ids`, `prompt_lengths`,
+  responses. It offers `name`, `len()`, `prompts` (the prompt text, for `Needs(text=True)`
+  only; others raise `FeatureNotDeclared`), `prompt_token_ids`, `prompt_lengths`,
   `group_ids`, `families`, `first_response_tokens` (y_1, sampled from the prefill logits),
   `hidden(role, pooling)` for exactly the pairs in `Needs.hidden` x `Needs.pooling` (others
   raise `FeatureNotDeclared`, naming the Needs field; the features stage may hold more, the view
@@ -221,7 +222,8 @@ class SplitView:
         return Steps(self, global_index, local_rows, t)
 
 
-_STATIC_ALLOWS = ("prompts, prompt_token_ids, prompt_lengths, group_ids, families, "
+_STATIC_ALLOWS = ("prompts (with Needs(text=True)), prompt_token_ids, prompt_lengths, "
+                  "group_ids, families, "
                   "first_response_tokens (y_1), hidden(role, pooling) as declared in Needs, "
                   "entropy(i) over the prompt positions, and target")
 
@@ -291,6 +293,12 @@ class StaticView:
 
     @property
     def prompts(self) -> list[str]:
+        """The prompt text, for predictors that declare it (`Needs(text=True)`)."""
+        if not self._needs.text:
+            raise FeatureNotDeclared("prompts (the prompt text) are handed to predict() only "
+                                     "when the predictor declares them: set needs = "
+                                     "Needs(text=True) on the class (prompt_token_ids and "
+                                     "prompt_lengths need no declaration)")
         return list(self._get(self._prompts, "text"))
 
     @property
