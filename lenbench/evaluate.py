@@ -48,6 +48,7 @@ from lenbench.scoring.metrics import (
     static_metrics,
 )
 from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
+from lenbench.scoring.step_errors import step_error_record, step_errors
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -173,6 +174,9 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                                              censored=censored)
         metrics["dynamic"].update(rem_clipped)
         dynamic_errors = request_errors(steps.row, steps.t, true, rem, censored)
+        listed = metrics["dynamic"]["observed_steps"]
+        dynamic_steps = step_error_record(
+            step_errors(steps.row, steps.t, true, rem, listed, censored), listed)
         step_ms = 1000 * step_s / max(len(steps), 1)
         result["predictor"]["dynamic"] = True
         result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
@@ -192,10 +196,12 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     result["report"] = predictor_report(predictor, name)
     result["predictions"] = {"true": true.tolist(), "pred": pred.tolist(),
                              "prompt_id": [str(g) for g in groups],
-                             "censored": censored.tolist()}
+                             "censored": censored.tolist(),
+                             "prompt_len": [int(n) for n in test.prompt_lengths]}
     if predictor.dynamic:  # per request, NaN (null) where a request has no scored step
         result["predictions"]["dynamic_error"] = [None if np.isnan(e) else float(e)
                                                   for e in dynamic_errors]
+        result["predictions"]["dynamic_steps"] = dynamic_steps
     if distribution is not None:
         result["predictions"].update(distribution_predictions(distribution, true, censored, cap,
                                                               seed))
@@ -204,7 +210,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["scheduling"] = schedule(
             true, pred, test.prompt_lengths, name, sim,
             remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
-            distribution=distribution)
+            distribution=distribution, censored=censored)
     return result
 
 
@@ -263,24 +269,21 @@ def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
 
 def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,
              sim_cfg: dict, *, remaining: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-             distribution: LengthDistribution | None = None) -> dict[str, Any]:
+             distribution: LengthDistribution | None = None,
+             censored: np.ndarray | None = None) -> dict[str, Any]:
     """Serve requests drawn from the test rows with these predictions (docs/protocol.md,
-    "The scheduling score"). With `sim.compare`, "comparison" adds preemptive re-ranking on
-    the dynamic estimates `remaining` = (step_row, step_t, rem) and ordering by the predicted
-    `distribution`, on the same draws (lenbench.sim.comparison)."""
-    from lenbench.sim import SimConfig, simulate_predictions
-    from lenbench.sim.comparison import compare_policies
+    "The scheduling score"; `censored` rows form the capped class). With `sim.score_alphas`,
+    "by_alpha" adds the score at those aging weights; with `sim.compare`, "comparison" adds
+    preemptive re-ranking on the dynamic estimates `remaining` = (step_row, step_t, rem) and
+    ordering by the predicted `distribution`, on the same draws (lenbench.sim.record)."""
+    from lenbench.sim import SimConfig
+    from lenbench.sim.record import scheduling_record
 
     cfg = SimConfig.from_dict(sim_cfg)
-    row = name if name not in ("baseline", "oracle", "constant") else f"{name} (predictor)"
-    pred = np.maximum(pred, 1.0)
-    out = simulate_predictions(true, pred, prompt_len, cfg, name=row)
-    if cfg.compare:
-        quantiles = None if distribution is None else distribution.quantile(QUANTILE_LEVELS)
-        out["comparison"] = compare_policies(true, pred, prompt_len, cfg, name=row,
-                                             reference=out, remaining=remaining,
-                                             quantiles=quantiles)
-    return out
+    quantiles = None if distribution is None or not cfg.compare else \
+        distribution.quantile(QUANTILE_LEVELS)
+    return scheduling_record(true, pred, prompt_len, name, cfg, censored=censored,
+                             remaining=remaining, quantiles=quantiles)
 
 
 def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed: int,

@@ -25,7 +25,10 @@ contract between a run and everything that reads it later. Shape of a result::
     report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
                     references and failed runs; absent in files written before it existed)
     predictions     {true, pred, prompt_id, censored: [...]}  optional (test rows, in order;
-                    prompt_id and censored absent in files written before they existed)
+                    prompt_id and censored absent in files written before they existed);
+                    prompt_len (prompt tokens per row: what the simulator serves) and, for a
+                    dynamic predictor, dynamic_steps ({t: listed steps, error: per row, the
+                    remaining-length error at each t or null}) absent in older files
     fingerprints    {labels, features}  content hashes of the data scored
                     (lenbench.scoring.fingerprints; absent in files written before they existed)
     causality       {passed, ...}  optional: the audit of what was scored

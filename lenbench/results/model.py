@@ -167,6 +167,9 @@ class Predictions:
     crps: list[Any] | None = None
     pit: list[Any] | None = None
     p_cap: list[Any] | None = None  # each row's predicted P(L >= cap)
+    prompt_len: list[Any] | None = None  # prompt tokens per row: the simulator's traffic
+    # {"t": listed steps, "error": per row, |(L - t) - r_t| at each t, null where not decoding}
+    dynamic_steps: Mapping[str, Any] | None = None
 
     @classmethod
     def from_mapping(cls, d: Block | None) -> Predictions | None:

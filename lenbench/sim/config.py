@@ -22,8 +22,11 @@ STARVATION_GUARDS = ("none", "aging", "promotion")
 TIME_MODELS = ("a100", "h100", "linear")
 PREEMPT_COSTS = ("recompute", "swap")
 ORDER_BY = ("point", "quantile", "tail")
-# Latency figures (metrics.run_figures names) the scheduling score may be computed on.
-SCORE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_all")
+# Latency figures (metrics.run_figures names) the scheduling score may be computed on; the first
+# is the default: the mean over all requests, on which SJF is the mean-optimal order of the
+# textbook single-server queue, where a figure of one class rewards delaying the other
+# (docs/protocol.md, "The scheduling score").
+SCORE_METRICS = ("e2e_mean_all", "e2e_mean_short", "e2e_p90_short", "e2e_p99_short")
 
 _QUANTILE = re.compile(r"^q(\d+(?:\.\d+)?)$")
 
@@ -57,7 +60,9 @@ class SimConfig:
     reference prediction), so dispatch is prediction-free too; with it, they balance on each run's
     predictions (in tokens) and the score also credits prediction-driven dispatch. `score_metric`
     (one of SCORE_METRICS) is the latency figure of the score (baseline - predictor) / (baseline -
-    oracle).
+    oracle), at most 1: a row's mean gain counts up to the oracle's (score.py). `score_alphas`
+    are the aging weights (quantiles per second; 0 = no guard) at which the score is also
+    reported (alpha_sweep.py).
 
     Preemption (queue "srpt", preemption.py; the comparison rows, not the score): every
     `repredict_every` iterations an instance re-ranks its running and waiting requests by predicted
@@ -74,9 +79,11 @@ class SimConfig:
     Workload: `n_requests` requests drawn with replacement from the given rows, arriving as a
     Poisson process (gamma when `arrival_cv` != 1) at `qps`, or, when `load_factor` is set (it
     takes precedence), at load_factor times the cluster's estimated saturation rate.
-    Classes: short = true length < `short_threshold`, long = true length >= `long_threshold`;
-    a threshold is a token count or "qNN", the NN-th percentile of the supplied true lengths
-    (e.g. "q50" and "q90" for a world whose lengths are not known in advance).
+    Classes: short = true length < `short_threshold`, long = true length >= `long_threshold`
+    among the requests that ended before the length cap, capped = those cut at it; a threshold
+    is a token count or "qNN", the NN-th percentile of the supplied true lengths (e.g. "q50" and
+    "q90" for a world whose lengths are not known in advance); the long one of the uncensored
+    lengths when rows are flagged censored, so that it stays below the cap.
     """
 
     # cluster
@@ -115,7 +122,8 @@ class SimConfig:
     seeds: tuple[int, ...] = field(default=(0, 1, 2, 3, 4))
     short_threshold: float | str = 800
     long_threshold: float | str = 1536
-    score_metric: str = "e2e_mean_short"
+    score_metric: str = "e2e_mean_all"
+    score_alphas: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         _check_choice("dispatch", self.dispatch, DISPATCH_POLICIES)
@@ -149,6 +157,9 @@ class SimConfig:
             raise ValueError("arrival_cv must be > 0")
         if not self.seeds:
             raise ValueError("seeds must not be empty")
+        for alpha in self.score_alphas:
+            if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
+                raise ValueError(f"score_alphas must hold finite numbers >= 0, got {alpha!r}")
         for name in ("short_threshold", "long_threshold"):
             value = getattr(self, name)
             if isinstance(value, str) and not _parse_quantile(value):
@@ -186,13 +197,23 @@ class SimConfig:
         """The reference the score is measured against: the same dispatcher with FCFS."""
         return f"{self.dispatch}+fcfs"
 
-    def thresholds(self, true_len: ArrayLike) -> tuple[float, float]:
-        """(short, long) thresholds in tokens, resolving "qNN" against `true_len`."""
+    def thresholds(self, true_len: ArrayLike, censored: ArrayLike | None = None
+                   ) -> tuple[float, float]:
+        """(short, long) thresholds in tokens, resolving "qNN" against `true_len`; the long
+        one against the uncensored lengths when `censored` flags some rows (and not all), so
+        that a cap shared by many rows cannot be the long threshold."""
         true = np.asarray(true_len, dtype=np.float64)
+        ended = true
+        if censored is not None:
+            cut = np.asarray(censored, dtype=bool)
+            if cut.shape != true.shape:
+                raise ValueError(f"censored has shape {cut.shape}, expected {true.shape}")
+            if not cut.all():
+                ended = true[~cut]
         out = []
-        for value in (self.short_threshold, self.long_threshold):
+        for value, lengths in ((self.short_threshold, true), (self.long_threshold, ended)):
             if isinstance(value, str):
-                out.append(float(np.percentile(true, _parse_quantile(value))))
+                out.append(float(np.percentile(lengths, _parse_quantile(value))))
             else:
                 out.append(float(value))
         return out[0], out[1]
@@ -223,7 +244,7 @@ class SimConfig:
             if key not in names:
                 unknown.append(key)
                 continue
-            if key in ("seeds", "linear_abc") and value is not None:
+            if key in ("seeds", "linear_abc", "score_alphas") and value is not None:
                 value = tuple(value)
             kwargs[key] = value
         if unknown:

@@ -9,13 +9,14 @@ aging term against it, depend on a predictor's ranking and not on its units, so 
 of a predictor score the same and inflating the oracle's lengths cannot beat it.
 
 The scheduling score of a row is S = (baseline - row) / (baseline - oracle) on one latency
-figure (cfg.score_metric, by default the mean end-to-end latency of short requests), with
-numerator and denominator averaged over simulator seeds (paired: one draw per seed serves
-every row). A constant prediction's SJF order is FCFS order (ties break by arrival) and
-dispatch does not read predictions, so the constant row scores exactly 0 and the oracle
-exactly 1. The 95% interval is a Student-t interval over simulator seeds on the linearised
-ratio (delta method; `metrics.ratio_interval`). No score is given, with the reason, when the
-oracle's gain is not clear (score.py).
+figure (cfg.score_metric, by default the mean end-to-end latency of all requests), with
+numerator and denominator averaged over simulator seeds (paired: one draw per seed serves every
+row) and the row's mean gain counted up to the oracle's. A constant prediction's SJF
+order is FCFS order (ties break by arrival) and dispatch does not read predictions, so the
+constant row scores exactly 0 and the oracle exactly 1, and no row scores above 1 (score.py).
+The 95% interval is a Student-t interval over simulator seeds on the linearised ratio (delta
+method; `metrics.ratio_interval`). No score is given, with the reason, when the oracle's gain
+is not clear (score.py).
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ from lenbench.sim.timing import TimeModel, get_time_model
 from lenbench.sim.workload import Workload, draw_rows
 
 REFERENCE_ROWS = ("baseline", "oracle", "constant")
-# Relative changes against the baseline reported for every row (short and long classes).
+# Relative changes against the baseline reported for every row (short, long and capped classes).
 CHANGE_METRICS = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long",
-                  "e2e_p99_long", "e2e_mean_all")
+                  "e2e_p99_long", "e2e_mean_capped", "e2e_mean_all")
 # Figures whose per-seed values each headline entry carries (for pooling predictor seeds).
 HEADLINE_FIGURES = tuple(dict.fromkeys(CHANGE_METRICS + SCORE_METRICS)) + (
     "throughput_tok_s", "hol_inversion_rate")
-SCORE_DEFINITION = ("(baseline - predictor) / (baseline - oracle) of {metric}, seed means; "
+SCORE_DEFINITION = ("(baseline - predictor) / (baseline - oracle) of {metric}, seed means, the "
+                    "predictor's mean gain counted up to the oracle's (at most 1); "
                     "baseline: {baseline} (same dispatcher, FCFS); predictor, oracle (true "
                     "lengths) and constant: {policy} keyed by each row's rank quantiles")
 QUEUE_KEY = ("each row's predictions as mid-rank quantiles on the test rows (ranking only, no "
@@ -71,13 +73,16 @@ def simulate_predictions(
     constant_value: float | None = None,
     time_model: TimeModel | None = None,
     quantile_points: int = 101,
+    censored: ArrayLike | None = None,
 ) -> dict[str, Any]:
     """Simulate serving with a predictor's predictions and the reference rows; return figures.
 
     Inputs are aligned per-row arrays, typically a predictor's test set: `true_len` (output
-    tokens, >= 1), `pred_len` (the predictor's output, finite) and `prompt_len` (array or one
-    int). `cfg` defaults to SimConfig(), which is the outlets_paper preset; for the toy world
-    use conf/sim/default.yaml (`SimConfig.from_dict(OmegaConf.to_container(cfg.sim))`).
+    tokens, >= 1), `pred_len` (the predictor's output, finite), `prompt_len` (array or one
+    int) and `censored` (rows cut at the length cap; they form the capped class, not the long
+    one, and the long threshold is read from the other rows' lengths; default none). `cfg`
+    defaults to SimConfig(), which is the outlets_paper preset; for the toy world use
+    conf/sim/default.yaml (`SimConfig.from_dict(OmegaConf.to_container(cfg.sim))`).
     `seeds` defaults to cfg.seeds.
     For each seed, `cfg.n_requests` rows are drawn with replacement and given arrivals at
     `cfg.qps` or at `cfg.load_factor` times the estimated saturation rate (capacity.py); the
@@ -99,24 +104,27 @@ def simulate_predictions(
         seconds and tokens/s) aggregated over seeds as {"mean", "ci95_low", "ci95_high",
         "n", "per_seed"} (t-intervals over seeds);
       - "score" (not for baseline): for each of SCORE_METRICS, (baseline - row) /
-        (baseline - oracle) of the seed means with its 95% t-interval over seeds
-        (`score.score_interval`) as {"value", "ci95_low", "ci95_high", "n_sim_seeds",
-        "n_pred_seeds", "reason", "per_seed"}; 1 = the oracle's gain, 0 = none, negative =
-        harm; value None, with the reason, when the oracle's gain is not clear (score.py);
+        (baseline - oracle) of the seed means, at most 1 (the row's mean gain counts up to
+        the oracle's), with its 95% t-interval over seeds (`score.score_interval`) as {"value",
+        "ci95_low", "ci95_high", "n_sim_seeds", "n_pred_seeds", "reason", "uncapped",
+        "capped", "per_seed"}; 1 = the oracle's gain (the most a row can score), 0 = none,
+        negative = harm; value None, with the reason, when the oracle's gain is not clear
+        (score.py);
       - "change" (not for baseline): for each of CHANGE_METRICS, row / baseline - 1 of the
         seed means with its 95% interval (same method), e.g. the long-request P99 change;
       - "quality": Kendall tau and MAE of the row's predictions (tokens) against `true_len`;
       - "e2e_quantiles": `quantile_points` evenly spaced quantiles of end-to-end latency per
-        class (all/short/long), pooled over seeds, for CDF plots without per-request data.
+        class (all/short/long/capped), pooled over seeds, for CDF plots without per-request data.
 
     The result also carries "score_metric", "score_definition", "score_interval",
     "headline" (one flat dict per row for a leaderboard table, with the per-seed values of
     HEADLINE_FIGURES so that a leaderboard can pool predictor seeds), "qps",
     "saturation_qps", "load_factor" (qps / saturation), "seeds", "policy", "baseline_policy",
     "starvation" (the guard, e.g. "aging (alpha 1 quantile/s)"), "queue_key" (what the
-    queue orders by), "short_threshold"/"long_threshold"
-    (resolved to tokens), "time_model", "config" (cfg.to_dict()) and "wall_s". All values are
-    JSON-serialisable (undefined numbers are None).
+    queue orders by), "short_threshold"/"long_threshold" (resolved to tokens),
+    "class_shares" (the share of the test rows in the short, long and capped classes),
+    "time_model", "config" (cfg.to_dict()) and "wall_s". All values are JSON-serialisable
+    (undefined numbers are None).
     """
     cfg = cfg or SimConfig()
     if cfg.queue == "srpt":
@@ -130,6 +138,10 @@ def simulate_predictions(
     if true.ndim != 1 or len(true) == 0:
         raise ValueError("true_len must be a non-empty 1-D array")
     prompt = np.broadcast_to(np.asarray(prompt_len, dtype=np.int64), true.shape)
+    cut = np.zeros(true.shape, dtype=bool) if censored is None else \
+        np.asarray(censored, dtype=bool)
+    if cut.shape != true.shape:
+        raise ValueError(f"censored has shape {cut.shape}, expected {true.shape}")
     predictions: dict[str, np.ndarray] = {name: np.asarray(pred_len, dtype=np.float64)}
     for extra_name, extra in (extra_predictors or {}).items():
         predictions[extra_name] = np.asarray(extra, dtype=np.float64)
@@ -156,17 +168,20 @@ def simulate_predictions(
     # What lb/pow2 balance on: one value for all (prediction-free), or each row's predictions
     # (tokens).
     balance = None if cfg.dispatch_uses_predictions else predictions["constant"]
-    short_thr, long_thr = cfg.thresholds(true)
+    short_thr, long_thr = cfg.thresholds(true, cut)
+    shares = {cls: float(mask.mean())
+              for cls, mask in class_masks(true, short_thr, long_thr, cut).items()
+              if cls != "all"}
 
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, float | None]]] = {row: [] for row in row_names}
     e2e_pool: dict[str, dict[str, list[np.ndarray]]] = {
-        row: {"all": [], "short": [], "long": []} for row in row_names}
+        row: {"all": [], "short": [], "long": [], "capped": []} for row in row_names}
     for seed in seeds:
         idx, arrivals = draw_rows(len(true), cfg.n_requests, qps, seed, cfg.arrival_cv)
-        masks = class_masks(true[idx], short_thr, long_thr)
+        masks = class_masks(true[idx], short_thr, long_thr, cut[idx])
         for row in row_names:
-            wl = Workload(arrivals, prompt[idx], true[idx], key_of[row][idx])
+            wl = Workload(arrivals, prompt[idx], true[idx], key_of[row][idx], cut[idx])
             res = simulate(wl, cfg, time_model=model, dispatch=cfg.dispatch,
                            queue=queue_of[row], seed=seed,
                            dispatch_len=(pred_of[row] if balance is None else balance)[idx])
@@ -204,9 +219,9 @@ def simulate_predictions(
             base = seed_values("baseline", metric)
             gain, oracle_gain = base - seed_values(row, metric), base - seed_values("oracle",
                                                                                     metric)
-            scores[metric] = score_interval(gain, oracle_gain, base)
+            scores[metric] = score_interval(gain, oracle_gain, base, capped=True)
             with np.errstate(invalid="ignore", divide="ignore"):
-                paired = np.where(oracle_gain > 0, gain / oracle_gain, np.nan)
+                paired = np.where(oracle_gain > 0, np.minimum(gain / oracle_gain, 1.0), np.nan)
             scores[metric]["per_seed"] = [float(v) if np.isfinite(v) else None for v in paired]
         rows[row]["score"] = scores
         changes: dict[str, Any] = {}
@@ -235,6 +250,7 @@ def simulate_predictions(
         "seeds": list(seeds),
         "short_threshold": short_thr,
         "long_threshold": long_thr,
+        "class_shares": shares,
         "time_model": getattr(model, "name", type(model).__name__),
         "config": cfg.to_dict(),
         "rows": rows,

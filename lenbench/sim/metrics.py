@@ -16,7 +16,7 @@ from lenbench.sim.result import SimResult
 
 METRICS = ("e2e", "ttft", "queue_delay", "tpot", "norm_latency")
 STATS = ("p50", "p90", "p99", "mean")
-CLASSES = ("all", "short", "long")
+CLASSES = ("all", "short", "long", "capped")
 # A share of the oracle's gain is given only when the oracle gains at least this share of the
 # baseline's figure (score.py).
 MIN_ORACLE_GAIN = 0.02
@@ -44,12 +44,19 @@ def request_metrics(res: SimResult) -> dict[str, NDArray[np.float64]]:
     }
 
 
-def class_masks(true_len: ArrayLike, short_threshold: float, long_threshold: float
-                ) -> dict[str, NDArray[np.bool_]]:
-    """all; short = true < short_threshold (OUTLETS: 800); long = true >= long_threshold."""
+def class_masks(true_len: ArrayLike, short_threshold: float, long_threshold: float,
+                censored: ArrayLike | None = None) -> dict[str, NDArray[np.bool_]]:
+    """all; short = true < short_threshold (OUTLETS: 800); long = true >= long_threshold among
+    the requests that ended before the length cap; capped = those cut at the cap (`censored`).
+
+    A request cut at the cap has a lower bound for a length, and with many of them the top of
+    the length distribution is one tied value: a long class that took them in would be the
+    capped share, not the long tail, so they are a class of their own."""
     true = np.asarray(true_len)
+    cut = np.zeros(true.shape, dtype=bool) if censored is None else \
+        np.asarray(censored, dtype=bool)
     return {"all": np.ones(true.shape, dtype=bool), "short": true < short_threshold,
-            "long": true >= long_threshold}
+            "long": (true >= long_threshold) & ~cut, "capped": cut}
 
 
 def _stats(values: NDArray[np.float64]) -> dict[str, float | None]:
@@ -110,9 +117,11 @@ def hol_inversion_rate(res: SimResult, max_pairs_per_chunk: int = 2_000_000) -> 
 def run_figures(res: SimResult, short_threshold: float = 800, long_threshold: float = 1536
                 ) -> dict[str, float | None]:
     """Flat named figures of one run: `{metric}_{stat}_{class}` for every metric, statistic
-    and class, plus throughput_tok_s, makespan_s, hol_inversion_rate and class sizes."""
+    and class (classes by `class_masks`, the capped ones from `workload.censored`), plus
+    throughput_tok_s, makespan_s, hol_inversion_rate and class sizes."""
     per_req = request_metrics(res)
-    masks = class_masks(res.workload.true_len, short_threshold, long_threshold)
+    masks = class_masks(res.workload.true_len, short_threshold, long_threshold,
+                        res.workload.censored)
     out: dict[str, float | None] = {}
     for metric, values in per_req.items():
         for cls, mask in masks.items():
@@ -124,6 +133,7 @@ def run_figures(res: SimResult, short_threshold: float = 800, long_threshold: fl
     out["n_requests"] = float(len(res.done_s))
     out["n_short"] = float(masks["short"].sum())
     out["n_long"] = float(masks["long"].sum())
+    out["n_capped"] = float(masks["capped"].sum())
     return out
 
 

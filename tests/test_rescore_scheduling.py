@@ -1,0 +1,89 @@
+"""Rescoring a result's scheduling block from its stored test predictions: the same draws, today's
+score, no predictor run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.leaderboard import GOLDEN
+
+from lenbench.evaluate import schedule
+from lenbench.rescore_scheduling import main, rescore_result
+from lenbench.results import load_results
+from lenbench.sim import SimConfig
+from lenbench.sim.record import rescore_scheduling, scheduling_record
+
+# The toy preset's load, arrivals and guard on a smaller cluster, as an older result recorded
+# it: the short-request score, no sweep over aging weights.
+OLD_SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_requests": 300,
+           "load_factor": 0.85, "arrival_cv": 2.0, "starvation": "aging", "aging_alpha": 1.0,
+           "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90",
+           "score_metric": "e2e_mean_short"}
+
+
+def _rows(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    raw = rng.lognormal(3.5, 0.8, n).round() + 1
+    true = np.minimum(raw, 80).astype(np.int64)
+    pred = true * np.exp(rng.normal(0, 0.4, n))
+    return true, pred, rng.integers(5, 40, n), raw >= 80
+
+
+def test_rescoring_reproduces_a_fresh_run_on_the_same_draws() -> None:
+    """The rescored block is what a run under today's score writes for the same predictions:
+    the same draws (the baseline's figures per seed are the old record's), the all-requests
+    score, the capped class, and the sweep over aging weights."""
+    true, pred, prompt, cut = _rows()
+    old = schedule(true, pred, prompt, "p", OLD_SIM)
+    new = rescore_scheduling(old, "p", true, pred, prompt, cut, score_alphas=[0, 1])
+    fresh = scheduling_record(true, pred, prompt, "p", SimConfig.from_dict(
+        {**OLD_SIM, "score_metric": "e2e_mean_all", "score_alphas": [0, 1]}), censored=cut)
+    assert new["score_metric"] == "e2e_mean_all" and new["config"]["score_alphas"] == [0.0, 1.0]
+    assert new["headline"] == fresh["headline"]
+    assert new["by_alpha"]["entries"] == fresh["by_alpha"]["entries"]
+    assert new["class_shares"]["capped"] == pytest.approx(cut.mean())
+    old_base = next(h for h in old["headline"] if h["row"] == "baseline")["per_seed"]
+    new_base = next(h for h in new["headline"] if h["row"] == "baseline")["per_seed"]
+    assert new_base["e2e_mean_all"] == old_base["e2e_mean_all"]  # the same draws
+
+
+def test_rescoring_refuses_what_it_cannot_recompute() -> None:
+    true, pred, prompt, cut = _rows(n=120)
+    old = schedule(true, pred, prompt, "p", dict(OLD_SIM, n_requests=100, seeds=[0]))
+    with pytest.raises(ValueError, match="scheduling.config.compare"):
+        rescore_scheduling({**old, "config": {**old["config"], "compare": True}}, "p", true,
+                           pred, prompt, cut)
+    result = {"predictor": {"name": "p"}, "scheduling": old,
+              "predictions": {"true": true.tolist(), "pred": pred.tolist()}}
+    with pytest.raises(ValueError, match="predictions.prompt_len"):
+        rescore_result(result)
+
+
+def test_command_rescores_files_in_place(tmp_path: Path) -> None:
+    """`python -m lenbench.rescore_scheduling DIR` rewrites each predictor result that stores
+    its prompt lengths; --dry-run writes nothing; the leaderboard loader still reads the file."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    path = next((results / "toyworld/toy/mlp_probe").glob("*.json"))
+    r = json.loads(path.read_text(encoding="utf-8"))
+    true, pred, prompt, cut = _rows(n=len(r["predictions"]["true"]) or 300)
+    r["predictions"] = {"true": true.tolist(), "pred": pred.tolist(),
+                        "censored": cut.tolist(), "prompt_len": prompt.tolist()}
+    r["scheduling"] = schedule(true, pred, prompt, "mlp_probe", OLD_SIM)
+    path.write_text(json.dumps(r), encoding="utf-8")
+    assert main([str(results), "--dry-run"]) == 0
+    assert json.loads(path.read_text(encoding="utf-8"))["scheduling"]["score_metric"] == \
+        "e2e_mean_short"
+    assert main([str(results)]) == 0
+    done = json.loads(path.read_text(encoding="utf-8"))
+    assert done["scheduling"]["score_metric"] == "e2e_mean_all"
+    assert done["scheduling"]["by_alpha"]["alphas"] == [0.0, 0.1, 0.5, 1.0, 4.0]  # the preset's
+    assert "rescored" in done["scheduling"] and done["predictions"]["prompt_len"] == \
+        prompt.tolist()
+    ok, _ = load_results(results)
+    assert any(x.predictor.name == "mlp_probe" and (x.scheduling or {}).get("by_alpha")
+               for x in ok)
