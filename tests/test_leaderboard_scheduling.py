@@ -1,6 +1,8 @@
 """The leaderboard's scheduling table, built from results that carry simulator output: the score
-(0% for a constant, 100% for the oracle by construction) with its interval pooled over predictor
-seeds, the short- and long-request changes, the caption, and records of older simulators."""
+(0% for a constant, 100% for the oracle by construction and at most that for a predictor) with
+its interval pooled over predictor seeds, its paired difference to the reference predictor,
+the class changes, the score at several aging weights, the caption, and records of older
+simulators."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ GOLDEN = Path(__file__).parent / "data" / "golden_results"
 # The toy preset's load, arrivals and guard on a smaller, faster cluster.
 SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_requests": 300,
        "load_factor": 0.85, "arrival_cv": 2.0, "starvation": "aging", "aging_alpha": 1.0,
-       "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90"}
-CHANGES = ("e2e_mean_short", "e2e_p90_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long")
-COLUMNS = ["Predictor", "Score [95% CI]", "Short mean", "Short P90", "Short P99", "Long mean",
-           "Long P99", "C-index", "Runs"]
+       "seeds": [0, 1, 2], "short_threshold": "q50", "long_threshold": "q90",
+       "score_alphas": [0, 1]}
+CHANGES = ("e2e_mean_all", "e2e_mean_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long",
+           "e2e_mean_capped")
+COLUMNS = ["Predictor", "Score [95% CI]", "Score Δ vs mlp_probe", "All mean", "Short mean",
+           "Short P99", "Long mean", "Long P99", "Capped mean", "C-index", "Runs"]
 
 
 def _legacy(sched: dict) -> dict:
@@ -69,7 +73,7 @@ def _section(md: str) -> str:
 
 
 def _sched_rows(md: str) -> tuple[list[str], dict[str, list[str]]]:
-    main = _section(md).split("#### Scheduling comparison", 1)[0]  # the main table only
+    main = _section(md).split("#### ", 1)[0]  # the main table only
     lines = [ln for ln in main.splitlines() if ln.startswith("| ")]
     header = lines[0].strip("| ").split(" | ")
     return header, {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ")
@@ -90,46 +94,51 @@ def test_reference_rows_exact_by_construction(board) -> None:
                          "bin_classifier"}
     assert rows["*oracle* (ref)"][1] == "100% [100, 100]"
     assert rows["*constant* (ref)"][1] == "0% [0, 0]"
-    assert rows["*constant* (ref)"][2:7] == ["+0%"] * 5
+    assert rows["*constant* (ref)"][3:8] == ["+0%"] * 5
+    assert rows["*constant* (ref)"][8] == "—"  # no request is cut at a cap here
     # a constant predictor of another value is the baseline run too: exactly 0%, no change
-    assert rows["bin_classifier"][1] == "0% [0, 0]" and rows["bin_classifier"][2:7] == ["+0%"] * 5
-    assert rows["bin_classifier"][8] == "1"  # only its scored run counts; the legacy one does not
+    assert rows["bin_classifier"][1] == "0% [0, 0]" and rows["bin_classifier"][3:8] == ["+0%"] * 5
+    assert rows["bin_classifier"][10] == "1"  # only its scored run counts; the legacy one does not
     # the baseline row gives seconds; the others changes against it
-    assert all(re.fullmatch(r"[\d,]+\.\d\d s", cell) for cell in rows["*baseline* (ref)"][2:7])
+    assert all(re.fullmatch(r"[\d,]+\.\d\d s", cell) for cell in rows["*baseline* (ref)"][3:8])
     assert rows["*baseline* (ref)"][1] == "—"
+    assert rows["mlp_probe"][2] == "(reference)" and rows["*oracle* (ref)"][2] == "—"
 
 
 def test_predictor_score_interval_and_changes(board) -> None:
     md, _, scheds = board
     _, rows = _sched_rows(md)
     cells = rows["mlp_probe"]
-    base = _per_seed(scheds, "baseline", "e2e_mean_short")
-    pred = _per_seed(scheds, "mlp_probe", "e2e_mean_short")
-    best = _per_seed(scheds, "oracle", "e2e_mean_short")
-    score = (base - pred).mean() / (base - best).mean()  # pooled over predictor seeds
+    base = _per_seed(scheds, "baseline", "e2e_mean_all")
+    pred = _per_seed(scheds, "mlp_probe", "e2e_mean_all")
+    best = _per_seed(scheds, "oracle", "e2e_mean_all")
+    # pooled over predictor seeds, at most 1
+    score = min((base - pred).mean() / (base - best).mean(), 1.0)
     match = re.fullmatch(r"(-?\d+)% \[(-?\d+), (-?\d+)\]", cells[1])
     assert match, cells[1]
     value, low, high = map(int, match.groups())
-    assert value == round(100 * score) and low <= value <= high and low < high
-    for i, key in enumerate(CHANGES, start=2):  # short mean/P90/P99, long mean/P99
+    assert value == round(100 * score) and low <= value <= high <= 100 and low < high
+    for i, key in enumerate(CHANGES[:-1], start=3):  # all mean, short mean/P99, long mean/P99
         change = _per_seed(scheds, "mlp_probe", key).mean() / _per_seed(
             scheds, "baseline", key).mean() - 1
         assert cells[i] == f"{100 * change:+.0f}%", key
-    assert cells[8] == "2"
+    assert cells[10] == "2"
     # a noisy oracle serves short requests better than the FCFS baseline
-    assert cells[2].startswith("-")
+    assert cells[4].startswith("-")
 
 
 def test_caption_says_what_the_score_is(board) -> None:
     md, _, _ = board
     text = _section(md)
     for phrase in ("Score = (baseline − predictor) / (baseline − oracle)",
-                   "mean end-to-end latency of short requests", "baseline is lb+fcfs",
+                   "mean end-to-end latency of all requests", "baseline is lb+fcfs",
                    "same dispatcher with an FCFS queue", "aging (alpha 1 quantile/s)",
                    "load factor 0.85", "gamma arrivals (cv 2)", "simulator seeds [0, 1, 2]",
                    "Student-t", "delta method", "predictor seeds", "exactly 0%",
                    "exactly 100%", "rank quantiles", "rescaled copy of a predictor scores",
-                   "less than 2% of the baseline's figure or loses"):
+                   "mean gain counted up to the oracle's", "no predictor above it",
+                   "twice its standard error", "no request was cut at a cap",
+                   "Score Δ", "paired seed by seed"):
         assert phrase in text, phrase
     # the legacy record is counted, not scored
     assert "1 predictor result(s) were simulated before this score existed" in text
@@ -165,7 +174,7 @@ def test_other_sim_config_is_not_pooled(tmp_path: Path) -> None:
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
     md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
     _, rows = _sched_rows(md)
-    assert rows["mlp_probe"][8] == "1"
+    assert rows["mlp_probe"][10] == "1"
     assert "1 predictor result(s) simulated with another sim configuration" in _section(md)
 
 
@@ -194,7 +203,7 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     true = rng.lognormal(3.5, 0.8, 300).round() + 2
     prompt = np.full(300, 20)
-    sim = dict(SIM, n_requests=200, seeds=[0, 1], compare=True, preempt_cost="swap")
+    sim = dict(SIM, n_requests=300, compare=True, preempt_cost="swap")
     noisy = true * np.exp(rng.normal(0, 0.3, true.size))
     rows = np.repeat(np.arange(true.size), 4)
     steps_t = np.tile(np.arange(4) * 4, true.size)
@@ -231,7 +240,7 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     for name in ("mlp_probe", "bin_classifier"):
         static = cmp[(name, "Static SJF")]
         assert static[0] == main_rows[name][1]  # the main score, pooled the same way
-        assert static[1:3] == main_rows[name][5:7]  # and its long mean / P99 changes
+        assert static[1:3] == main_rows[name][6:8]  # and its long mean / P99 changes
         assert static[3] == "—" and static[4] == "2"
         assert re.fullmatch(r"\d+\.\d\d", cmp[(name, "Static preemptive")][3])
     for policy in ("Static SJF", "Static preemptive", "Dynamic preemptive", "Distributional"):
@@ -259,7 +268,7 @@ def test_token_keyed_records_are_not_pooled(tmp_path: Path) -> None:
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
     md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
     _, rows = _sched_rows(md)
-    assert rows["mlp_probe"][8] == "1"
+    assert rows["mlp_probe"][10] == "1"
     assert ("1 predictor result(s) were simulated before this score existed (their queues were "
             "keyed by predicted tokens") in _section(md)
 
@@ -279,7 +288,8 @@ def test_no_score_cell_says_why(tmp_path: Path) -> None:
     _, rows = _sched_rows(build_leaderboard(results, tmp_path / "board").read_text(
         encoding="utf-8"))
     assert re.fullmatch(r"— \((no oracle gain: [+-]\d+\.\d% of baseline|oracle gain "
-                        r"\d+\.\d% of baseline < 2%)\)", rows["mlp_probe"][1]), rows["mlp_probe"]
+                        r"[+-]\d+\.\d% of baseline, within 2 standard errors of 0 over 2 "
+                        r"simulator seeds)\)", rows["mlp_probe"][1]), rows["mlp_probe"]
     assert rows["*oracle* (ref)"][1] == rows["mlp_probe"][1]
 
 
@@ -289,7 +299,7 @@ def test_schedule_comparison_keeps_existing_keys() -> None:
     sim = dict(SIM, n_requests=150, seeds=[0])
     plain = schedule(true, true * 1.1, np.full(200, 20), "p", sim)
     both = schedule(true, true * 1.1, np.full(200, 20), "p", dict(sim, compare=True))
-    assert set(both) == set(plain) | {"comparison"}
+    assert set(both) == set(plain) | {"comparison"} and "by_alpha" in plain
     assert both["headline"][1]["score"] == plain["headline"][1]["score"]
     assert set(both["comparison"]["rows"]) == {"static_sjf", "static_preemptive",
                                                "oracle_preemptive"}

@@ -10,8 +10,10 @@ from typing import Any
 
 from lenbench.leaderboard.blocks import LEFT, Block, Caption, Heading, Table, Text
 from lenbench.leaderboard.cells import DASH, cell_text, mean, mean_std, number, seconds
+from lenbench.leaderboard.dynamic_steps import paired_steps_lines
 from lenbench.leaderboard.rows import Row, non_causal
 from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import choose_reference
 
 # ---------------------------------------------------------------------------------------------
 # predictor details: what each predictor reported about itself
@@ -96,9 +98,10 @@ def _seed_values(values: list[Any]) -> str:
     return " / ".join(shown) if shown else DASH
 
 
-def _observed_steps_table(rows: list[Row]) -> list[Block]:
+def _observed_steps_table(rows: list[Row], reference: str | None = None) -> list[Block]:
     """Remaining-length MAE at t = 0, 8, 16, 32, ... observed steps, one row per dynamic
-    predictor (the ForeLen/PLP warm-up reading), with the requests still decoding at each t."""
+    predictor (the ForeLen/PLP warm-up reading), with the requests still decoding at each t;
+    before it, the same over one population, and paired with the `reference` predictor."""
     entries = []
     for row in rows:
         if row.variant is not None:
@@ -131,8 +134,10 @@ def _observed_steps_table(rows: list[Row]) -> list[Block]:
     foot = [["*requests decoding at t*"] + [DASH if c is None else str(c) for c in counts]
             + [""]]
     header = ["Predictor"] + [f"t = {t}" for t in ts] + ["ms/step"]
+    ref = choose_reference([row.name for row in rows], reference) if reference else None
     return [Heading(4, "Dynamic MAE by observed steps"),
             *_fixed_population_table(entries),
+            *paired_steps_lines(rows, ref),
             Table(header, body, foot=foot, caption="observed_steps"),
             Caption("observed_steps",
                     "MAE of the remaining length L − t at exactly t generated tokens, over the "
@@ -217,12 +222,13 @@ def _speculative_table(entries: list[tuple[str, list[dict[str, Any]]]]) -> list[
                     "floor the training lifts.")]
 
 
-def details_section(rows: list[Row]) -> list[Block]:
-    """Predictor details: the dynamic observed-steps table, the speculative-decoding table and,
-    per predictor, the flat entries of its ``report`` (mean ± std over seeds for numbers)."""
+def details_section(rows: list[Row], reference: str | None = None) -> list[Block]:
+    """Predictor details: the dynamic observed-steps tables (paired with the `reference`
+    predictor where its step errors are stored), the speculative-decoding table and, per
+    predictor, the flat entries of its ``report`` (mean ± std over seeds for numbers)."""
     mains = [row for row in rows if row.variant is None and row.kind == "predictor"]
     mains.sort(key=lambda row: row.base_label)
-    blocks = _observed_steps_table(mains)
+    blocks = _observed_steps_table(mains, reference)
     spec_entries = []
     for row in mains:
         specs = [r.report.get("speculative") for r in row.results]

@@ -236,8 +236,8 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
         lines.append(Image(f"Predicted vs true length, {title}", scatter.name))
 
     lines += distributions_section(rows, out_dir, stem, written, title)
-    lines += details_section(rows)
-    lines += scheduling_section(ok, out_dir, stem, written, title)
+    lines += details_section(rows, reference)
+    lines += scheduling_section(ok, out_dir, stem, written, title, reference)
     lines += transfer_section(ok, reference, MIN_RANKING_PROMPTS)
     return World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
 

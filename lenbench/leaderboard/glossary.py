@@ -18,6 +18,8 @@ CAPTION_TITLES = {
     "speculative": "Speculative decoding quality",
     "scheduling": "Scheduling",
     "scheduling_comparison": "Scheduling comparison",
+    "scheduling_alpha": "Scheduling score by aging weight",
+    "dynamic_steps": "Dynamic error by step, paired",
     "transfer": "Transfer",
     "index": "Overview",
 }
@@ -36,7 +38,10 @@ COLUMN_NOTES = {
     "P(≥ cap) AUC": "AUC of the predicted P(L ≥ cap) for answers that reached the cap",
     "Dyn. CRPS": "CRPS of the remaining-length distributions over decoding steps",
     "Dyn. 80% coverage": "coverage of the remaining-length 80% intervals",
-    "Score [95% CI]": "share of the oracle's latency gain over FCFS this predictor reaches",
+    "Score [95% CI]": "share of the oracle's latency gain over FCFS this predictor reaches, "
+                      "at most all of it",
+    "All mean": "change of the mean end-to-end latency of all requests against the baseline",
+    "Capped mean": "change of the mean end-to-end latency of requests cut at the length cap",
     "Short mean": "change of the short requests' mean end-to-end latency against the baseline",
     "Short P90": "change of the short requests' P90 end-to-end latency against the baseline",
     "Short P99": "change of the short requests' P99 end-to-end latency against the baseline",
@@ -58,6 +63,11 @@ COLUMN_NOTES = {
 }
 
 PREFIX_NOTES = (
+    ("Score Δ vs ", "score minus the reference predictor's on the same draws, in points, "
+                    "paired; bold where the 95% interval excludes 0"),
+    ("α = ", "the scheduling score with the aging guard at this weight, quantiles per second"),
+    ("Δ t = ", "remaining-length error minus the reference's at this step, on one population "
+               "of requests, paired"),
     ("Δ vs ", "MAE minus the reference predictor's on the same test rows, paired; bold where "
               "the 95% interval excludes 0"),
     ("Dyn. Δ vs ", "dynamic MAE minus the reference predictor's, paired"),

@@ -9,26 +9,32 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lenbench.leaderboard.blocks import LEFT, RIGHT, Block, Caption, Heading, Image, Table, Text
+from lenbench.leaderboard.blocks import Block, Caption, Heading, Image, Table, Text
 from lenbench.leaderboard.cells import DASH, cell_text, number
 from lenbench.leaderboard.rows import params_key
+from lenbench.leaderboard.scheduling_cells import SCHED_REFS as _SCHED_REFS
+from lenbench.leaderboard.scheduling_cells import sched_refs as _sched_refs
+from lenbench.leaderboard.scheduling_cells import score_text as _sched_score_text
+from lenbench.leaderboard.scheduling_comparison import comparison_lines
+from lenbench.leaderboard.scheduling_scores import (
+    alpha_lines,
+    classes_text,
+    delta_text,
+    leader_note,
+    paired_delta,
+    score_definition,
+)
 from lenbench.results import Result
 from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference
 
-_SCHED_REFS = ("baseline", "oracle", "constant")
-_SCHED_CHANGES = (("e2e_mean_short", "Short mean"), ("e2e_p90_short", "Short P90"),
+_SCHED_CHANGES = (("e2e_mean_all", "All mean"), ("e2e_mean_short", "Short mean"),
                   ("e2e_p99_short", "Short P99"), ("e2e_mean_long", "Long mean"),
-                  ("e2e_p99_long", "Long P99"))
+                  ("e2e_p99_long", "Long P99"), ("e2e_mean_capped", "Capped mean"))
 _SCHED_HEADER = ["Predictor", "Score [95% CI]", *(label for _, label in _SCHED_CHANGES),
                  "C-index", "Runs"]
 # the C-index (the main table's rank score) of the rows that rank by definition
 _REF_C_INDEX = {"oracle": 1.0, "constant": 0.5}
-_SCORE_METRIC_TEXT = {
-    "e2e_mean_short": "the mean end-to-end latency of short requests",
-    "e2e_p90_short": "the P90 end-to-end latency of short requests",
-    "e2e_p99_short": "the P99 end-to-end latency of short requests",
-    "e2e_mean_all": "the mean end-to-end latency of all requests",
-}
 # One predictor seed's scheduling record as the table reads it: the row's headline entry,
 # that record's reference entries by row name, and its simulator seeds.
 _SchedRun = tuple[dict[str, Any], dict[str, dict[str, Any]], list[Any]]
@@ -38,11 +44,6 @@ def _predictor_row(sched: dict[str, Any]) -> dict[str, Any] | None:
     """The headline entry of the predictor itself (not baseline/oracle/constant)."""
     rows = [h for h in sched.get("headline") or [] if h.get("row") not in _SCHED_REFS]
     return rows[0] if rows else None
-
-
-def _sched_refs(sched: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The reference entries (baseline, oracle, constant) of one scheduling record by row."""
-    return {h["row"]: h for h in sched.get("headline") or [] if h.get("row") in _SCHED_REFS}
 
 
 def _sched_scored(sched: dict[str, Any]) -> bool:
@@ -59,7 +60,8 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
     """Score and changes against the baseline pooled over predictor seeds.
 
     Per-seed figures form predictor seeds x simulator seeds matrices; the score is the mean
-    gain over the baseline divided by the oracle's mean gain (`sim.score.score_interval`)
+    gain over the baseline, each seed's counted up to the oracle's, divided by the oracle's
+    mean gain (`sim.score.score_interval` with the cap)
     and a change is mean(row) / mean(baseline) - 1, each with its 95% t-interval on the
     linearised ratio (`sim.metrics.ratio_interval`). Runs on different simulator seeds cannot
     be paired: everything is then None.
@@ -83,24 +85,13 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
 
     base, row, best = matrix("baseline", metric), matrix(None, metric), matrix("oracle", metric)
     if base is not None and row is not None and best is not None and base.shape[1]:
-        out["score"] = score_interval(base - row, base - best, base.mean(axis=0))
+        out["score"] = score_interval(base - row, base - best, base.mean(axis=0),
+                                      capped=True)
     for key, _ in _SCHED_CHANGES:
         base, row = matrix("baseline", key), matrix(None, key)
         if base is not None and row is not None and base.shape[1]:
             out[key] = ratio_interval(row - base, base)
     return out
-
-
-def _sched_score_text(score: dict[str, Any] | None) -> str:
-    """"62% [55, 70]"; a dash with the reason when no score is given (sim/score.py)."""
-    if not score or score.get("value") is None:
-        reason = (score or {}).get("reason")
-        return f"{DASH} ({reason})" if reason else DASH
-    text = f"{100 * score['value']:.0f}%"
-    lo, hi = score.get("ci95_low"), score.get("ci95_high")
-    if is_number(lo) and is_number(hi):
-        text += f" [{100 * lo:.0f}, {100 * hi:.0f}]"
-    return text
 
 
 def _sched_run_scored(run: _SchedRun) -> bool:
@@ -153,49 +144,40 @@ def _sched_intro(first: dict[str, Any]) -> str:
             f"{number(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
             f"({number(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
             f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
-            f"Short/long classes: true length < {number(first.get('short_threshold'), 0)} / "
-            f">= {number(first.get('long_threshold'), 0)} tokens.")
+            + classes_text(first))
 
 
 def _sched_caption(first: dict[str, Any]) -> str:
     """What the score is: its latency figure, baseline, policy, guard, dispatch and interval."""
-    from lenbench.sim.metrics import MIN_ORACLE_GAIN
-
     cfg = first.get("config") or {}
-    metric = str(first.get("score_metric"))
     dispatch = ("balances on each run's predictions, so the score also credits "
                 "prediction-driven dispatch" if cfg.get("dispatch_uses_predictions") else
                 "does not read predictions, so runs differ in queue order only")
     return (
-        f"Score = (baseline − predictor) / (baseline − oracle) of "
-        f"{_SCORE_METRIC_TEXT.get(metric, metric)}: the baseline is "
+        f"{score_definition(first)} The baseline is "
         f"{first.get('baseline_policy')} (the same dispatcher with an FCFS queue); the "
         f"predictor, the oracle (true lengths) and the constant row (one value for all) run "
         f"{first.get('policy')} (SJF by each row's predictions as rank quantiles on the test "
         f"rows, ties by arrival) with starvation guard {first.get('starvation')}; dispatch "
         f"{dispatch}. Keys are ranks, not tokens, so the order and the weight of the aging "
         f"guard depend on a predictor's ranking alone: a rescaled copy of a predictor scores "
-        f"the same, and no inflation of the true lengths beats the oracle. A constant "
-        f"predictor therefore scores exactly 0% and the oracle exactly 100%; above 100% beats "
-        f"SJF on true lengths, below 0% is harm. No score ({DASH}, with the reason) when the "
-        f"oracle gains less than {100 * MIN_ORACLE_GAIN:g}% of the baseline's figure or loses: "
-        f"a share of a gain that is not there would be noise or flip its sign. Numerator and "
-        f"denominator are means over the simulator "
-        f"seeds (paired: one draw per seed serves every row) and over the predictor's seeds "
-        f"(Runs). 95% CI: Student-t interval on the linearised ratio (delta method) with the "
-        f"variance over simulator seeds, plus the variance over predictor seeds where there "
-        f"are several (Welch-Satterthwaite degrees of freedom). Short/Long columns: change of "
-        f"the mean, P90 and P99 end-to-end latency of short and long requests against the "
+        f"the same, and no inflation of the true lengths beats the oracle. Score Δ: this "
+        f"predictor's score minus the reference predictor's, in points, paired seed by seed "
+        f"on the same draws (the same interval, on the paired differences); **bold** where "
+        f"the interval excludes 0. All/Short/Long/Capped columns: change of the mean (and "
+        f"P99) end-to-end latency of all requests and of each class against the "
         f"baseline, ratio of seed means (the baseline row gives seconds). C-index: the "
         f"main table's rank score of the predictor on the test rows (Harrell's C, mean over "
         f"its seeds; 1 for the oracle, 0.5 for the constant).")
 
 
 def scheduling_section(results: list[Result], out_dir: Path, stem: str,
-                        written: set[Path], title: str) -> list[Block]:
+                        written: set[Path], title: str,
+                        reference: str = DEFAULT_REFERENCE) -> list[Block]:
     """Scheduling outcomes from the simulator: each predictor's score (the share of the
-    oracle's latency gain over the same dispatcher with FCFS) with its interval and its
-    short- and long-request changes, beside the baseline, oracle and constant rows."""
+    oracle's latency gain over the same dispatcher with FCFS) with its interval, its paired
+    difference to the `reference` predictor and its class changes, beside the baseline,
+    oracle and constant rows; then the score at several aging weights."""
     with_sched = sorted((r for r in results if r.scheduling is not None
                          and r.kind == "predictor"),
                         key=lambda r: (r.predictor.name, r.seed, r.source))
@@ -250,11 +232,25 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         value = None if score is None else score.get("value")
         return (-value if is_number(value) else math.inf, name)
 
-    body += [_sched_cells(cell_text(name), by_name[name], metric)
-             for name in sorted(by_name, key=order)]
+    names = sorted(by_name, key=order)
+    body += [_sched_cells(cell_text(name), by_name[name], metric) for name in names]
+    paired = {name: [run for run in runs if _sched_run_scored(run)]
+              for name, runs in by_name.items()}
+    header = list(_SCHED_HEADER)
+    ref_name = choose_reference(names, reference) if metric else None
+    if ref_name is not None:
+        header.insert(2, f"Score Δ vs {ref_name}")
+        deltas = [DASH] * (len(body) - len(names)) + [
+            "(reference)" if name == ref_name else
+            delta_text(paired_delta(paired[name], paired[ref_name], str(metric)))
+            for name in names]
+        for cells, delta in zip(body, deltas):
+            cells.insert(2, delta)
+    ranked = [name for name in names if order(name)[0] != math.inf]
     lines = [Heading(3, "Scheduling"), Text(_sched_intro(first)),
-             Table(_SCHED_HEADER, body, caption="scheduling"),
-             Caption("scheduling", _sched_caption(first))]
+             Table(header, body, caption="scheduling"),
+             Caption("scheduling", _sched_caption(first)),
+             *leader_note(ranked, paired, str(metric))]
     if n_old:
         lines.append(Text(old_note + " They are left out of the scores and Runs (a predictor "
                           f"with no other result shows {DASH})."))
@@ -262,7 +258,11 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         lines.append(Text(f"{len(other)} predictor result(s) simulated with another sim "
                           "configuration or other simulator seeds than the one above are not "
                           "shown."))
-    lines += _comparison_lines(scored, main)
+    records: dict[str, list[Result]] = defaultdict(list)
+    for r in scored:
+        records[r.predictor.name].append(r)
+    lines += alpha_lines(records, [name for name in names if name in records], main, cell_text)
+    lines += comparison_lines(scored, main)
     plot = out_dir / f"{stem}-sched-quality.png"
     try:
         from lenbench.sim.plots import plot_score_vs_quality
@@ -273,132 +273,3 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
         lines.append(Text(f"(scheduling plot skipped: {type(exc).__name__}: {exc})"))
     return lines
-
-
-_CMP_POLICIES = (("static_sjf", "Static SJF"), ("static_preemptive", "Static preemptive"),
-                 ("dynamic_preemptive", "Dynamic preemptive"), ("distributional", "Distributional"))
-_CMP_CHANGES = (("e2e_mean_long", "Long mean"), ("e2e_p99_long", "Long P99"))
-_CMP_HEADER = ["Predictor", "Policy", "Score [95% CI]", *(label for _, label in _CMP_CHANGES),
-               "Preemptions / request", "Runs"]
-
-
-def _cmp_matrices(records: list[Result], row: str, key: str) -> Any:
-    """(row, baseline, oracle) predictor seeds x simulator seeds of one figure, over the records
-    that have the comparison row (each against its own baseline and oracle); None if none do
-    or their seeds differ in number."""
-    import numpy as np
-
-    mats: dict[str, list[list[float]]] = {"row": [], "baseline": [], "oracle": []}
-    for r in records:
-        entry = ((r.scheduling.get("comparison") or {}).get("rows") or {}).get(row)
-        refs = _sched_refs(r.scheduling)
-        if not entry or not {"baseline", "oracle"} <= set(refs):
-            continue
-        for name, seeds in (("row", entry["per_seed"].get(key)),
-                            ("baseline", refs["baseline"]["per_seed"].get(key)),
-                            ("oracle", refs["oracle"]["per_seed"].get(key))):
-            mats[name].append([np.nan if x is None else float(x) for x in seeds or []])
-    if not mats["row"] or len({len(v) for vs in mats.values() for v in vs}) != 1:
-        return None
-    return tuple(np.array(mats[k]) for k in ("row", "baseline", "oracle"))
-
-
-def _cmp_score(records: list[Result], row: str, metric: str) -> dict[str, Any] | None:
-    """A comparison row's score pooled over predictor seeds (records with that row), against
-    each record's own baseline and oracle, as `_sched_pooled` pools the main score."""
-    from lenbench.sim.score import score_interval
-
-    mats = _cmp_matrices(records, row, metric)
-    if mats is None:
-        return None
-    row_m, base, best = mats
-    return score_interval(base - row_m, base - best, base.mean(axis=0))
-
-
-def _cmp_change(records: list[Result], row: str, key: str) -> str:
-    """A comparison row's change of `key` against the baseline, pooled like the main table's."""
-    from lenbench.sim.metrics import ratio_interval
-
-    mats = _cmp_matrices(records, row, key)
-    if mats is None:
-        return DASH
-    row_m, base, _ = mats
-    value = ratio_interval(row_m - base, base).get("value")
-    return DASH if value is None else f"{100 * value:+.0f}%"
-
-
-def _cmp_preemptions(records: list[Result], row: str) -> str:
-    """Mean preemptions per request of a preemptive row, over runs and simulator seeds."""
-    if not row.endswith("preemptive"):
-        return DASH
-    vals = [float(x) for r in records
-            for x in ((((r.scheduling.get("comparison") or {}).get("rows") or {})
-                       .get(row) or {}).get("per_seed", {}).get("preemptions_per_request")
-                      or []) if is_number(x)]
-    return f"{statistics.fmean(vals):.2f}" if vals else DASH
-
-
-def _cmp_has(records: list[Result], row: str) -> bool:
-    return any(row in ((r.scheduling.get("comparison") or {}).get("rows") or {})
-               for r in records)
-
-
-def _comparison_lines(scored: list[Result], main: Result) -> list[Block]:
-    """The "Scheduling comparison" table: one line per predictor and policy (static SJF,
-    preemptive re-ranking on static and dynamic estimates, distributional ordering) with its
-    score and its long-request mean and P99 changes, beside the oracle's SJF and SRPT-bound
-    lines. Empty when no record carries a comparison."""
-    with_cmp = [r for r in scored if isinstance(r.scheduling.get("comparison"), dict)]
-    if not with_cmp:
-        return []
-    metric = str(main.scheduling.get("score_metric"))
-    by_name: dict[str, list[Result]] = defaultdict(list)
-    for r in with_cmp:
-        by_name[r.predictor.name].append(r)
-    ref = next((r for r in with_cmp if r is main), with_cmp[0])  # one draw: the oracle rows
-    head = _sched_refs(ref.scheduling).get("oracle") or {}
-    ci = head.get("score_ci95") or [None, None]
-    body = [["*oracle* (ref)", "Static SJF",
-             _sched_score_text({"value": head.get("score"), "ci95_low": ci[0],
-                                "ci95_high": ci[1], "reason": head.get("score_reason")}),
-             *(_pct(head.get(f"{key}_change")) for key, _ in _CMP_CHANGES), DASH, "1"],
-            ["*oracle* (ref)", "Static preemptive (SRPT bound)",
-             _sched_score_text(_cmp_score([ref], "oracle_preemptive", metric)),
-             *(_cmp_change([ref], "oracle_preemptive", key) for key, _ in _CMP_CHANGES),
-             _cmp_preemptions([ref], "oracle_preemptive"), "1"]]
-    for name in sorted(by_name):
-        records = by_name[name]
-        for row, label in _CMP_POLICIES:
-            if not _cmp_has(records, row):
-                continue
-            n_runs = sum(_cmp_has([r], row) for r in records)
-            body.append([cell_text(name), label,
-                         _sched_score_text(_cmp_score(records, row, metric)),
-                         *(_cmp_change(records, row, key) for key, _ in _CMP_CHANGES),
-                         _cmp_preemptions(records, row), str(n_runs)])
-    cmp = ref.scheduling["comparison"]
-    caption = (
-        f"Scores as above (same draws, baseline and oracle; {metric}), per policy: Static SJF "
-        f"is the predictor's score above; Static preemptive re-ranks by the static prediction "
-        f"minus the tokens generated and preempts (queue srpt); Dynamic preemptive does so on "
-        f"the predictor's dynamic remaining-length estimates (the latest step whose estimate "
-        f"reads no token not yet generated, minus the tokens since); Distributional orders SJF "
-        f"by the rank quantiles of {cmp.get('order_by')}, so an inflated statistic gains "
-        f"nothing. Preemptive policies order by remaining tokens and so keep the predictions' "
-        f"units: a rescaled copy of a predictor can score differently there, which is why the "
-        f"headline score is static SJF's. The oracle's Static preemptive line is SRPT on true "
-        f"lengths (remaining L − t), which may exceed 100% because the score's oracle does not "
-        f"preempt. Long mean / Long P99: change of the long requests' mean and P99 end-to-end "
-        f"latency against the baseline. Re-ranking every {cmp.get('repredict_every')} "
-        f"iteration(s), margin {cmp.get('preempt_margin')} tokens, at most "
-        f"{cmp.get('max_preemptions')} preemptions per request, cost "
-        f"{cmp.get('preempt_cost')}, charged in simulated time. A policy a predictor has no "
-        f"input for (no dynamic or no distributional predictions) is not listed. Preemptions / "
-        f"request: mean over runs and simulator seeds.")
-    return [Heading(4, "Scheduling comparison"),
-            Table(_CMP_HEADER, body, [LEFT, LEFT] + [RIGHT] * (len(_CMP_HEADER) - 2),
-                  caption="scheduling_comparison"), Caption("scheduling_comparison", caption)]
-
-
-def _pct(value: Any) -> str:
-    return f"{100 * value:+.0f}%" if is_number(value) else DASH

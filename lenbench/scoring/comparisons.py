@@ -8,11 +8,14 @@ covers the prompts' sampling, not the seeds' (the table's ± shows those).
 
 Results can be paired only when they were scored on the same rows: the leaderboard groups them by
 label fingerprint, and these functions also check that the rows' prompt ids and true lengths agree.
+Step by step (`paired_steps`), both predictors are also read on one population of requests at
+every listed step, so that a column's difference is not a difference of who is still decoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,6 +41,8 @@ class ScoredRows(Protocol):
     def censored(self) -> Sequence[Any] | None: ...
     @property
     def dynamic_error(self) -> Sequence[Any] | None: ...
+    @property
+    def dynamic_steps(self) -> Mapping[str, Any] | None: ...
 
 
 def row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
@@ -95,3 +100,76 @@ def choose_reference(names: Sequence[str], wanted: str = DEFAULT_REFERENCE) -> s
         if name in names:
             return name
     return None
+
+
+def step_errors_by_row(runs: Sequence[ScoredRows | None]
+                       ) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None:
+    """(rows x listed steps error averaged over seeds, the listed t, prompt ids, true lengths)
+    from the runs' `dynamic_steps`, or None when a run lacks them or the runs disagree on the
+    rows or the steps. An entry is NaN where a run has no scored step there."""
+    out, ts, ids, true = [], None, None, None
+    for p in runs:
+        steps = None if p is None else getattr(p, "dynamic_steps", None)
+        if p is None or p.prompt_id is None or not isinstance(steps, Mapping):
+            return None
+        t = [int(x) for x in steps.get("t") or []]
+        err = np.array([[np.nan if v is None else float(v) for v in row]
+                        for row in steps.get("error") or []], dtype=np.float64)
+        rows_true = np.asarray(p.true, dtype=np.float64)
+        if err.shape != (rows_true.size, len(t)):
+            return None
+        if ts is None:
+            ts, ids, true = t, list(p.prompt_id), rows_true
+        elif t != ts or list(p.prompt_id) != ids or not np.array_equal(rows_true, true):
+            return None
+        out.append(err)
+    if ts is None:
+        return None
+    with warnings.catch_warnings():  # a row NaN in every run stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(out, axis=0), ts, np.asarray(ids), true
+
+
+def step_population(true: np.ndarray, ts: Sequence[int], *errors: np.ndarray
+                    ) -> tuple[int, np.ndarray] | None:
+    """(T, rows): the one population every column of a step table covers. T is the largest
+    listed t that at least half of the rows outlive (`metrics.dynamic_metrics`'s fixed
+    population); the rows are those longer than T that have an error at every listed t <= T
+    in each of `errors`. None when no listed t qualifies."""
+    reach = [t for t in ts if (true > t).sum() * 2 >= true.size]
+    if not reach:
+        return None
+    t_max = max(reach)
+    cols = [j for j, t in enumerate(ts) if t <= t_max]
+    rows = true > t_max
+    for err in errors:
+        rows &= np.isfinite(err[:, cols]).all(axis=1)
+    return t_max, rows
+
+
+def paired_steps(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
+                 n_boot: int = 1000, ci: float = 0.95) -> dict[str, Any] | None:
+    """This predictor's remaining-length error minus the reference's at each listed t up to T,
+    on one population (`step_population`, the same rows for both and for every t), each with a
+    paired bootstrap interval over prompts (`paired_difference`), and the reference's own error
+    there; None when the two cannot be paired or no population exists."""
+    mine, ref = step_errors_by_row(runs), step_errors_by_row(reference)
+    if mine is None or ref is None or mine[1] != ref[1] or \
+            not np.array_equal(mine[2], ref[2]) or not np.array_equal(mine[3], ref[3]):
+        return None
+    err_a, ts, ids, true = mine
+    err_b = ref[0]
+    found = step_population(true, ts, err_a, err_b)
+    if found is None or not found[1].any():
+        return None
+    t_max, rows = found
+    cells, ref_mae = [], []
+    for j, t in enumerate(ts):
+        if t > t_max:
+            break
+        cells.append(paired_difference(err_a[rows, j], err_b[rows, j], ids[rows],
+                                       n_boot=n_boot, ci=ci))
+        ref_mae.append(float(err_b[rows, j].mean()))
+    return {"t": [t for t in ts if t <= t_max], "t_max": int(t_max), "rows": rows,
+            "n_requests": int(rows.sum()), "n_prompts": int(np.unique(ids[rows]).size),
+            "reference_mae": ref_mae, "cells": cells}
