@@ -5,12 +5,13 @@
 The simulator reads a predictor's test predictions, the rows' true lengths and censored flags
 (all in `predictions`) and the rows' prompt lengths. Results written since the score's ceiling
 became the oracle store the prompt lengths too; for an older one they are read from its world's
-labels (the prompt set and the shipped or cached labels its config names, loaded without
-features or a model run) and checked against its rows' prompt ids and lengths, then stored in
-the file so that the next rescoring needs nothing else. The block is recomputed with the same sim
-config and simulator seeds, so on the same draws, under today's score (`sim.record`); the
-predictor is not run again. A record with a comparison (sim.compare) needs the predictor's
-dynamic estimates, which are not stored: it is left as it is and reported.
+labels (the cached generate stage the result names, or else its shipped world, loaded without
+features; nothing is generated) and checked against its rows' prompt ids and lengths, then
+stored in the file so that the next rescoring needs nothing else. The block is recomputed with
+the same sim config and simulator seeds, so on the same draws, under today's score
+(`sim.record`); the predictor is not run again. A record with a comparison (sim.compare)
+needs the predictor's dynamic estimates, which are not stored: it is left as it is and
+reported.
 """
 
 from __future__ import annotations
@@ -35,17 +36,30 @@ log = logging.getLogger("lenbench.rescore_scheduling")
 
 def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -> np.ndarray:
     """The prompt lengths (rendered prompt tokens) of a result's test rows, from its world's
-    labels; checked against the result's prompt ids and true lengths, row by row."""
-    from lenbench.pipeline import prepare_world
+    labels: the cached generate stage the result names, or else its shipped world (loaded
+    without features; nothing is generated). Checked against the result's prompt ids and true
+    lengths, row by row."""
+    import pandas as pd
 
     cfg = dict(result["config"])
-    if cache_dir is not None:
-        cfg["paths"] = {**cfg.get("paths", {}), "cache_dir": cache_dir}
-    world = prepare_world(cfg, need_features=False, progress=False)
-    test = world.labels.iloc[world.rows("test")]
+    cache = Path(cache_dir or (cfg.get("paths") or {}).get("cache_dir") or ".cache/lenbench")
+    key = (result.get("stage_keys") or {}).get("generate") or (result.get("dataset") or {}).get(
+        "key")
+    cached = cache / "generate" / str(key) / "labels.parquet"
+    if cached.exists():
+        labels = pd.read_parquet(cached, columns=["prompt_id", "split", "L", "prompt_token_ids"])
+    elif (cfg.get("generation") or {}).get("shipped"):
+        from lenbench.pipeline import prepare_world
+
+        cfg["paths"] = {**(cfg.get("paths") or {}), "cache_dir": str(cache)}
+        labels = prepare_world(cfg, need_features=False, progress=False).labels
+    else:
+        raise ValueError(f"stage_keys.generate: the labels of world {key} are neither in the "
+                         f"cache ({cached}) nor shipped; build the world first, or pass "
+                         "--cache-dir")
+    test = labels[labels["split"].to_numpy() == "test"]
     preds = result["predictions"]
-    ids = [str(i) for i in test["prompt_id"]]
-    if ids != [str(i) for i in preds.get("prompt_id") or []]:
+    if [str(i) for i in test["prompt_id"]] != [str(i) for i in preds.get("prompt_id") or []]:
         raise ValueError("predictions.prompt_id: the world's test rows are other rows than the "
                          "result's (another build of the data)")
     if not np.array_equal(test["L"].to_numpy(), np.asarray(preds["true"])):
@@ -91,12 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", help="result files or folders of them")
     parser.add_argument("--cache-dir", default=os.environ.get("LENBENCH_CACHE_DIR"),
                         help="lenbench's cache, for the labels of results that do not store "
-                             "their prompt lengths (default: the one each result recorded)")
+                             "their prompt lengths (default: LENBENCH_CACHE_DIR, else the one "
+                             "each result recorded)")
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     alphas = load_preset("sim", "default").get("score_alphas")
-    worlds: dict[str, np.ndarray] = {}
+    worlds: dict[str, np.ndarray | ValueError] = {}  # prompt lengths, or why there are none
     failed = 0
     for path in _files(args.paths):
         if path.name.startswith("."):  # an interrupted write's temporary file
@@ -108,11 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             lengths = None
             if result["predictions"].get("prompt_len") is None:
-                key = str((result.get("dataset") or {}).get("key"))
+                key = str((result.get("stage_keys") or {}).get("generate")
+                          or (result.get("dataset") or {}).get("key"))
                 if key not in worlds:
                     log.info("reading the prompt lengths of world %s", key)
-                    worlds[key] = world_prompt_lengths(result, args.cache_dir)
-                lengths = worlds[key]
+                    try:
+                        worlds[key] = world_prompt_lengths(result, args.cache_dir)
+                    except ValueError as exc:
+                        worlds[key] = exc
+                found = worlds[key]
+                if isinstance(found, ValueError):
+                    raise found
+                lengths = found
             new = rescore_result(result, lengths, alphas)
         except (KeyError, ValueError) as exc:
             failed += 1

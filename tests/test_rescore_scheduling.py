@@ -8,11 +8,12 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers.leaderboard import GOLDEN
 
 from lenbench.evaluate import schedule
-from lenbench.rescore_scheduling import main, rescore_result
+from lenbench.rescore_scheduling import main, rescore_result, world_prompt_lengths
 from lenbench.results import load_results
 from lenbench.sim import SimConfig
 from lenbench.sim.record import rescore_scheduling, scheduling_record
@@ -87,3 +88,25 @@ def test_command_rescores_files_in_place(tmp_path: Path) -> None:
     ok, _ = load_results(results)
     assert any(x.predictor.name == "mlp_probe" and (x.scheduling or {}).get("by_alpha")
                for x in ok)
+
+
+def test_prompt_lengths_come_from_the_cached_labels(tmp_path: Path) -> None:
+    """An older result's prompt lengths are read from the generate stage it names, test rows in
+    order, and checked against its rows; a world neither cached nor shipped is refused, never
+    generated."""
+    labels = pd.DataFrame({"prompt_id": ["a", "a", "b", "c", "c"],
+                           "split": ["test", "test", "train", "test", "test"],
+                           "L": [5, 7, 9, 3, 4],
+                           "prompt_token_ids": [[1, 2], [1, 2], [3], [4, 5, 6], [4, 5, 6]]})
+    stage = tmp_path / "generate" / "abc123"
+    stage.mkdir(parents=True)
+    labels.to_parquet(stage / "labels.parquet")
+    result = {"config": {"generation": {}}, "stage_keys": {"generate": "abc123"},
+              "predictions": {"prompt_id": ["a", "a", "c", "c"], "true": [5, 7, 3, 4]}}
+    lengths = world_prompt_lengths(result, str(tmp_path))
+    assert lengths.tolist() == [2, 2, 3, 3]
+    other = {**result, "predictions": {"prompt_id": ["a", "a", "c", "c"], "true": [5, 7, 3, 9]}}
+    with pytest.raises(ValueError, match="predictions.true"):
+        world_prompt_lengths(other, str(tmp_path))
+    with pytest.raises(ValueError, match="stage_keys.generate"):
+        world_prompt_lengths({**result, "stage_keys": {"generate": "elsewhere"}}, str(tmp_path))
