@@ -303,3 +303,26 @@ def test_schedule_comparison_keeps_existing_keys() -> None:
     assert both["headline"][1]["score"] == plain["headline"][1]["score"]
     assert set(both["comparison"]["rows"]) == {"static_sjf", "static_preemptive",
                                                "oracle_preemptive"}
+
+
+def test_caption_states_the_classes_below_the_cap(tmp_path: Path) -> None:
+    """With 40% of the rows cut at a cap, the caption gives the long class's threshold (below
+    the cap, from the lengths that ended before it) and its share, below the capped share."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    rng = np.random.default_rng(7)
+    raw = rng.lognormal(3.8, 0.8, 300).round() + 1
+    true, cut = np.minimum(raw, 64), raw >= 64
+    for path in sorted((results / "toyworld/toy/mlp_probe").glob("*.json")):
+        r = json.loads(path.read_text())
+        r["scheduling"] = schedule(true, true * 1.2, np.full(300, 20), "mlp_probe",
+                                   dict(SIM, n_requests=300), censored=cut)
+        write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
+    section = _section(build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8"))
+    caption = next(ln for ln in section.splitlines() if ln.startswith("Score = "))
+    match = re.search(r"long = at least (\d+) tokens among the requests that ended before the "
+                      r"length cap \(the 90th percentile of their lengths\) \((\d+\.\d)% of test "
+                      r"rows\); capped = cut at the cap \((\d+\.\d)% of test rows\)", caption)
+    assert match, caption
+    threshold, long_share, capped_share = int(match[1]), float(match[2]), float(match[3])
+    assert threshold < 64 and long_share < capped_share == pytest.approx(100 * cut.mean(), abs=0.1)

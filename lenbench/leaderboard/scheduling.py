@@ -143,8 +143,7 @@ def _sched_intro(first: dict[str, Any]) -> str:
             f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
             f"{number(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
             f"({number(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
-            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each. "
-            + classes_text(first))
+            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each.")
 
 
 def _sched_caption(first: dict[str, Any]) -> str:
@@ -164,8 +163,9 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"the same, and no inflation of the true lengths beats the oracle. Score Δ: this "
         f"predictor's score minus the reference predictor's, in points, paired seed by seed "
         f"on the same draws (the same interval, on the paired differences); **bold** where "
-        f"the interval excludes 0. All/Short/Long/Capped columns: change of the mean (and "
-        f"P99) end-to-end latency of all requests and of each class against the "
+        f"the interval excludes 0. {classes_text(first)} All/Short/Long/Capped columns: "
+        f"change of the mean (and P99) end-to-end latency of all requests and of each class "
+        f"against the "
         f"baseline, ratio of seed means (the baseline row gives seconds). C-index: the "
         f"main table's rank score of the predictor on the test rows (Harrell's C, mean over "
         f"its seeds; 1 for the oracle, 0.5 for the constant).")
