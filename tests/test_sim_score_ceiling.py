@@ -103,17 +103,19 @@ def test_one_bit_classifier_trails_the_oracle_on_all_requests() -> None:
 
 def test_long_class_is_below_the_cap() -> None:
     """With ~40% of the rows at the cap, the 90th percentile of all lengths is the cap itself:
-    a long class read from it would be the capped share. Read from the uncensored lengths, the
-    long threshold is below the cap, the class excludes the capped rows, and its share is below
-    the capped share; the capped rows are their own class."""
+    a long class read from it would be the capped share. Read from the uncensored lengths (both
+    thresholds, so that short and long stay apart), the long threshold is below the cap, the
+    class excludes the capped rows, and its share is below the capped share; the capped rows are
+    their own class."""
     true, cut, prompt = capped_world()
     assert np.percentile(true, 90) == CAP  # the trap
     cfg = toy_cfg()
     short_thr, long_thr = cfg.thresholds(true, cut)
     assert long_thr < CAP and long_thr == pytest.approx(np.percentile(true[~cut], 90))
-    assert short_thr == pytest.approx(np.percentile(true, 50))
+    assert short_thr == pytest.approx(np.percentile(true[~cut], 50))  # the same lengths
     masks = class_masks(true, short_thr, long_thr, cut)
     assert not (masks["long"] & cut).any() and (masks["capped"] == cut).all()
+    assert not (masks["short"] & masks["long"]).any()
     assert 0 < masks["long"].mean() < cut.mean()
     res = simulate_predictions(true, true * 1.0, prompt, cfg.replace(seeds=(0,)), censored=cut,
                                quantile_points=0)
@@ -125,3 +127,16 @@ def test_long_class_is_below_the_cap() -> None:
     figs = run_figures(simulate(wl, cfg, queue="fcfs"), short_thr, long_thr)
     assert figs["n_long"] == ((wl.true_len >= long_thr) & ~wl.censored).sum()
     assert figs["n_capped"] == wl.censored.sum() > figs["n_long"]
+
+
+def test_short_and_long_classes_stay_apart_with_many_rows_at_the_cap() -> None:
+    """At 45% of the rows at the cap (SmolLM2's share), the median of all lengths lies above the
+    90th percentile of the uncensored ones: read from different lengths, the short and long
+    classes would overlap. Both thresholds come from the uncensored lengths."""
+    true, cut, _ = capped_world(mu=5.9)
+    assert np.percentile(true, 50) > np.percentile(true[~cut], 90)  # the trap
+    short_thr, long_thr = toy_cfg().thresholds(true, cut)
+    masks = class_masks(true, short_thr, long_thr, cut)
+    assert short_thr <= long_thr < CAP
+    assert masks["short"].any() and masks["long"].any()
+    assert not (masks["short"] & masks["long"]).any()

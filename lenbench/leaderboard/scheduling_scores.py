@@ -45,12 +45,17 @@ def classes_text(first: dict[str, Any]) -> str:
     text = f"Classes: short = true length < {short} tokens{share('short')}; long = "
     if not shares["capped"]:
         return text + f"at least {long_} tokens{share('long')}; no request was cut at a cap."
-    spec = str((first.get("config") or {}).get("long_threshold"))
-    basis = (f" (the {spec[1:]}th percentile of their lengths)"
-             if spec.startswith("q") else "")
-    return (text + f"at least {long_} tokens among the requests that ended before the length "
-            f"cap{basis}{share('long')}; capped = cut at the cap{share('capped')}, a class of "
-            f"their own, so that the long class is the tail of the known lengths, not the cap.")
+    cfg = first.get("config") or {}
+
+    def basis(key: str) -> str:
+        spec = str(cfg.get(key))
+        return f" (the {spec[1:]}th percentile of their lengths)" if spec.startswith("q") else ""
+
+    return (f"Classes, among the requests that ended before the length cap: short = true length "
+            f"< {short} tokens{basis('short_threshold')}{share('short')}; long = at least "
+            f"{long_} tokens{basis('long_threshold')}{share('long')}; "
+            f"capped = cut at the cap{share('capped')}, a class of their own, so that the long "
+            f"class is the tail of the known lengths, not the cap.")
 
 
 def score_definition(first: dict[str, Any]) -> str:

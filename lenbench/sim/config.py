@@ -82,8 +82,8 @@ class SimConfig:
     Classes: short = true length < `short_threshold`, long = true length >= `long_threshold`
     among the requests that ended before the length cap, capped = those cut at it; a threshold
     is a token count or "qNN", the NN-th percentile of the supplied true lengths (e.g. "q50" and
-    "q90" for a world whose lengths are not known in advance); the long one of the uncensored
-    lengths when rows are flagged censored, so that it stays below the cap.
+    "q90" for a world whose lengths are not known in advance), of the uncensored ones when rows
+    are flagged censored, so that the classes stay apart and below the cap.
     """
 
     # cluster
@@ -199,9 +199,11 @@ class SimConfig:
 
     def thresholds(self, true_len: ArrayLike, censored: ArrayLike | None = None
                    ) -> tuple[float, float]:
-        """(short, long) thresholds in tokens, resolving "qNN" against `true_len`; the long
-        one against the uncensored lengths when `censored` flags some rows (and not all), so
-        that a cap shared by many rows cannot be the long threshold."""
+        """(short, long) thresholds in tokens, resolving "qNN" against `true_len`, against the
+        uncensored lengths when `censored` flags some rows (and not all): a cap shared by many
+        rows would otherwise be the long threshold, and with the median read from all lengths
+        and the 90th percentile from the uncensored ones the short and long classes would
+        overlap."""
         true = np.asarray(true_len, dtype=np.float64)
         ended = true
         if censored is not None:
@@ -211,7 +213,7 @@ class SimConfig:
             if not cut.all():
                 ended = true[~cut]
         out = []
-        for value, lengths in ((self.short_threshold, true), (self.long_threshold, ended)):
+        for value, lengths in ((self.short_threshold, ended), (self.long_threshold, ended)):
             if isinstance(value, str):
                 out.append(float(np.percentile(lengths, _parse_quantile(value))))
             else:

@@ -80,7 +80,7 @@ def simulate_predictions(
     Inputs are aligned per-row arrays, typically a predictor's test set: `true_len` (output
     tokens, >= 1), `pred_len` (the predictor's output, finite), `prompt_len` (array or one
     int) and `censored` (rows cut at the length cap; they form the capped class, not the long
-    one, and the long threshold is read from the other rows' lengths; default none). `cfg`
+    one, and "qNN" class thresholds are read from the other rows' lengths; default none). `cfg`
     defaults to SimConfig(), which is the outlets_paper preset; for the toy world use
     conf/sim/default.yaml (`SimConfig.from_dict(OmegaConf.to_container(cfg.sim))`).
     `seeds` defaults to cfg.seeds.
