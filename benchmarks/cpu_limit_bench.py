@@ -173,6 +173,8 @@ def _compose(overrides: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    import lenbench  # noqa: F401 (registers the config schemas)
+
     with initialize_config_dir(str(CONF), version_base=None):
         return OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
 

@@ -81,6 +81,7 @@ def generate(args) -> pd.DataFrame:
     out = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
     # the prompts over the token limit are skipped, so take a few more and keep the first N
     rendered_ok = _fitting(prompts, target.tokenizer, g["max_prompt_tokens"])[: args.prompts]
+    known = _kept(Path(args.keep)) if args.keep else {}
     labels, _ = generate_labels(
         rendered_ok, target.model, target.tokenizer, out,
         SamplingConfig(g["temperature"], g["top_p"], args.cap), n_samples=args.samples,
@@ -88,8 +89,19 @@ def generate(args) -> pd.DataFrame:
         max_prompt_tokens=g["max_prompt_tokens"], keep_censored=True, progress=False,
         generator_factory=lambda: HFGenerator(target.model, eos,
                                               batch_size=args.batch_size or g["batch_size"]),
-        worker=args.worker, num_workers=args.workers)
+        worker=args.worker, num_workers=args.workers, known=known)
     return labels
+
+
+def _kept(path: Path) -> dict:
+    """Samples exported earlier (`report --export`): taken as they are, not generated again."""
+    from lenbench.worlds.sample_store import known_from_frame
+
+    if not path.exists():
+        return {}
+    known = known_from_frame(pd.read_parquet(path))
+    log.info("cap curve: %d samples from %s", len(known), path)
+    return known
 
 
 def _fitting(prompts: pd.DataFrame, tokenizer, limit: int) -> pd.DataFrame:
@@ -170,7 +182,9 @@ def plot(shares: dict, n_prompts: int, n_samples: int, out: Path) -> None:
 
 
 def export(labels: pd.DataFrame, out: Path) -> None:
-    """The curve's samples without any prompt text: ids, token ids, L, finish reason."""
+    """The curve's samples without any prompt text (ids, token ids, L, finish reason), added to
+    those `out` already holds: commit it as the curve grows, and `generate --keep` resumes from
+    it on any machine."""
     from lenbench.worlds.sample_store import prompt_tokens_sha
 
     table = pd.DataFrame({
@@ -178,7 +192,13 @@ def export(labels: pd.DataFrame, out: Path) -> None:
         "prompt_sha": [prompt_tokens_sha(list(p)) for p in labels["prompt_token_ids"]],
         "output_token_ids": [np.asarray(o, dtype=np.uint16) for o in labels["output_token_ids"]],
         "L": labels["L"], "finish_reason": labels["finish_reason"]})
-    table.to_parquet(out, index=False, compression="zstd")
+    if out.exists():
+        table = pd.concat([pd.read_parquet(out), table], ignore_index=True) \
+            .drop_duplicates(["prompt_id", "sample_idx"], keep="first")
+    table = table.sort_values(["prompt_id", "sample_idx"], kind="stable")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_parquet(out, index=False, compression="zstd", compression_level=19)
+    log.info("cap curve: %d samples in %s", len(table), out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--json", help="report: write the curve here")
     ap.add_argument("--plot", help="report: draw the curve here (PNG)")
-    ap.add_argument("--export", help="report: write the samples (no text) to this parquet")
+    ap.add_argument("--export", help="report: add the samples (no text) to this parquet")
+    ap.add_argument("--keep", help="generate: take the samples this parquet holds (an export)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.command == "generate":
