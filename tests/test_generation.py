@@ -179,6 +179,41 @@ def test_sampling_is_per_request_and_batch_independent(model, prompts, eos_ids):
         assert out == _naive_sample(model, req.prompt_ids, req.seed, set(eos_ids), cfg)
 
 
+def test_decode_attention_reads_only_each_rows_own_columns(model):
+    """A decode step's attention runs row by row over [row start, now]: a row's logits do not
+    change, bit for bit, when an older neighbour widens the key slice all rows share, and equal
+    (to rounding) attention over the whole slice with each row's older columns masked."""
+    from lenbench.generation.hf import _SlotCache
+
+    gen = HFGenerator(model, [0], batch_size=3)
+    width = 200
+    torch.manual_seed(0)
+    cache = _SlotCache(3, width + 4)
+    cache.col = width
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    shape = (3, model.config.num_key_value_heads, width + 4, head_dim)
+    for layer in range(model.config.num_hidden_layers):  # a cache full of real values
+        cache.buffers[layer] = (torch.randn(shape), torch.randn(shape))
+    ids = torch.randint(3, model.config.vocab_size, (3, 1))
+
+    def step(starts, per_row=True):
+        lo = int(starts.min())
+        cache.start = lo
+        cols = torch.arange(lo, cache.col + 1)
+        allowed = (cols[None, :] >= starts[:, None])[:, None]
+        with torch.inference_mode():
+            return gen._forward(ids, allowed, (cache.col - starts)[:, None], cache,
+                                (cache.col - cols)[None],
+                                row_starts=(starts - lo).tolist() if per_row else None)
+
+    old_neighbour = step(torch.tensor([0, 90, 170]))
+    young_neighbour = step(torch.tensor([150, 90, 170]))  # the shared slice starts at 90 now
+    assert torch.equal(old_neighbour[1:], young_neighbour[1:])
+    masked = step(torch.tensor([0, 90, 170]), per_row=False)
+    assert torch.allclose(old_neighbour, masked, atol=1e-4)
+    assert not torch.equal(old_neighbour[0], young_neighbour[0])  # the first row did change
+
+
 def test_sample_token_rules():
     torch.manual_seed(0)
     for _ in range(20):

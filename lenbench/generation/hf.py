@@ -117,6 +117,41 @@ def _sample_candidates(probs: torch.Tensor, u: torch.Tensor, top_p: float,
     return found.squeeze(1), ids.gather(1, pick.clamp(max=k - 1)).squeeze(1)
 
 
+ROW_ATTENTION = "lenbench_rows"
+
+
+def _row_attention(module, query, key, value, attention_mask, row_starts=None, **kwargs):
+    """Decode-step attention one row at a time, over that row's own columns only.
+
+    The rows of a decode step share one key/value slice from the oldest row's first column, so
+    a young row's attention would otherwise run over hundreds of masked columns (with a long cap
+    most of the work); and the masked width depended on which rows shared the batch, which could
+    change a row's rounding. Here each row attends over exactly [its start, now]: no mask, no
+    wasted columns, and a row's result does not depend on its neighbours. Prefills (several
+    query positions) and calls without `row_starts` take the usual SDPA path.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if row_starts is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    window = getattr(module, "sliding_window", None)
+    width = key.shape[2]
+    outs = []
+    for i, lo in enumerate(row_starts):
+        if window:  # a sliding-window layer sees only the last `window` positions
+            lo = max(lo, width - window)
+        out, _ = sdpa_attention_forward(module, query[i:i + 1], key[i:i + 1, :, lo:],
+                                        value[i:i + 1, :, lo:], None, **kwargs)
+        outs.append(out)
+    return torch.cat(outs, 0), None
+
+
+def _register_row_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ROW_ATTENTION, _row_attention)
+
+
 def cache_kwarg(model: torch.nn.Module) -> str:
     """transformers >= 5.2x names the cache argument `cache`; earlier releases `past_key_values`."""
     params = inspect.signature(model.forward).parameters
@@ -198,6 +233,7 @@ class HFGenerator(Generator):
         self.device, self.dtype = param.device, param.dtype
         self._cache_arg = cache_kwarg(model)
         self.live_stats = GenStats()  # the current (or last) call's decoder work so far
+        _register_row_attention()
         layer_types = getattr(model.config, "layer_types", None) or []
         # sliding-window layers (Gemma 3) need their own mask: a 4-D mask is used as given
         self.window = getattr(model.config, "sliding_window", None) \
@@ -207,16 +243,26 @@ class HFGenerator(Generator):
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
 
-    def _forward(self, ids, allowed, positions, cache, distance):
+    def _forward(self, ids, allowed, positions, cache, distance, row_starts=None):
         """Logits of each row's last position; `allowed` [B, Q, K] says what each query sees,
-        `distance` [Q, K] how many columns each key lies before each query."""
+        `distance` [Q, K] how many columns each key lies before each query. A decode step
+        passes `row_starts` (each row's first column in the key slice): its attention then runs
+        row by row over each row's own columns (`_row_attention`)."""
         mask = self._mask(allowed)
         if self.window is not None:
             mask = {"full_attention": mask,
                     "sliding_attention": self._mask(allowed & (distance < self.window)[None])}
         kwargs = {self._cache_arg: cache}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **kwargs)
+        config = self.model.config
+        usual = config._attn_implementation
+        if row_starts is not None and usual == "sdpa":
+            kwargs["row_starts"] = row_starts
+            config._attn_implementation = ROW_ATTENTION
+        try:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1, **kwargs)
+        finally:
+            config._attn_implementation = usual
         return out.logits[:, -1, :].float()
 
     def _prefill(self, cache: _SlotCache, prompt_ids: tuple[int, ...], slots: list[int]):
@@ -307,7 +353,7 @@ class HFGenerator(Generator):
             allowed = (cols[None, :] >= starts[:, None])[:, None]
             ids = torch.tensor([row.output[-1] for row in rows], device=self.device)[:, None]
             logits = self._forward(ids, allowed, (cache.col - starts)[:, None], cache,
-                                   (cache.col - cols)[None])
+                                   (cache.col - cols)[None], row_starts=(starts - lo).tolist())
             cache.col += 1
             stats.decode_steps += 1
             stats.decoded_slots += n

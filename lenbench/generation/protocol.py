@@ -51,7 +51,8 @@ class GenStats:
     decode_steps: int = 0
     decoded_slots: int = 0
     real_tokens: int = 0
-    kv_columns: int = 0  # sum over steps of rows x cache columns (attention work)
+    kv_columns: int = 0  # sum over steps of rows x cache columns held (hf: attention reads
+    #                      only the real ones, row by row)
     kv_real: int = 0  # of which unmasked (real tokens)
 
     @property
