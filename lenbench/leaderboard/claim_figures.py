@@ -1,0 +1,252 @@
+"""A figure of a results folder by name, for the claims a document makes about the tables.
+
+A prose reading of the leaderboard names each figure it cites as a predictor and a dotted path
+(`outlets static.mae`), so that a test can recompute it from the result files and the prose
+cannot drift from the tables (`claims.py` reads the names out of the document). A path is first
+a metric of the tidy table (`table.py`: `static.mae`, `scheduling.score`, with its `_ci_low` and
+`_ci_high` as its interval), else a dotted path into the result file (`report.speculative.tau`,
+`generation.n_censored`, `metrics.` understood: `dynamic.mae_by_observed_steps`). A list is read
+at a step, `@256`: the entry whose `observed_steps` beside it is 256, or the 256th entry where
+the list has no steps beside it. A block with a `value` gives it, with `ci95_low`/`ci95_high` as
+its interval. Figures are means over the predictor's seeds, as the leaderboard shows them.
+
+`paired` is the leaderboard's paired difference of two predictors on the same rows: static or
+dynamic MAE (`scoring.comparisons.row_errors`), CRPS (against the sibling reference), the
+scheduling score (on the same simulator draws); for any other figure, the plain difference.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lenbench.leaderboard.table import results_table
+from lenbench.results import Result, load_results
+from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import row_errors
+from lenbench.scoring.metrics import paired_difference
+
+SIBLINGS = "noise_floor"  # the reference result that holds the sibling distribution's CRPS
+
+
+class FigureError(ValueError):
+    """A figure the results do not hold, or a name that does not say which one."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A value with its 95% interval where the results record one."""
+
+    value: float
+    ci: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class World:
+    """A leaderboard section: dataset/model, and a prefix of its labels fingerprint where one
+    world was scored on several label sets."""
+
+    dataset: str
+    model: str
+    labels: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> World:
+        """"toyworld/toy labels=90d544e5" or "sharegpt_wheel/smollm2-135m-instruct"."""
+        name, *rest = text.split()
+        if name.count("/") != 1 or any(not r.startswith("labels=") for r in rest):
+            raise FigureError(f"world: '{text}' is not 'dataset/model [labels=<prefix>]'")
+        dataset, model = name.split("/")
+        return cls(dataset, model, rest[0].removeprefix("labels=") if rest else "")
+
+    def __str__(self) -> str:
+        return f"{self.dataset}/{self.model}" + (f" labels={self.labels}" if self.labels else "")
+
+
+def _walk(block: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(block, Mapping) or key not in block:
+            return None
+        block = block[key]
+    return block
+
+
+def _at_step(block: Mapping[str, Any], path: str, found: Any, step: int) -> Any:
+    """Entry `step` of the list `found` at `path`: by the `observed_steps` beside it, if any."""
+    parent = _walk(block, path.rpartition(".")[0]) if "." in path else block
+    steps = parent.get("observed_steps") if isinstance(parent, Mapping) else None
+    if isinstance(steps, list) and len(steps) == len(found):
+        return found[steps.index(step)] if step in steps else None
+    return found[step] if 0 <= step < len(found) else None
+
+
+def _figure(found: Any) -> Figure | None:
+    if is_number(found):
+        return Figure(float(found))
+    if isinstance(found, Mapping) and is_number(found.get("value")):
+        lo, hi = found.get("ci95_low"), found.get("ci95_high")
+        return Figure(float(found["value"]),
+                      (float(lo), float(hi)) if is_number(lo) and is_number(hi) else None)
+    return None
+
+
+class Figures:
+    """Every figure of one results folder, read by (world, predictor, variant, path, step)."""
+
+    def __init__(self, results_dir: str | Path):
+        self.root = Path(results_dir)
+        self.results, problems = load_results(self.root)
+        if problems:
+            raise FigureError(f"results: {problems[0]}")
+        self.table = results_table(self.results)
+        self._files: dict[str, Any] = {}
+
+    def _rows(self, world: World, predictor: str | None = None) -> Any:
+        t = self.table
+        keep = (t.dataset == world.dataset) & (t.model == world.model) & \
+            t.labels.str.startswith(world.labels)
+        if predictor is not None:
+            keep &= t.predictor == predictor
+        rows = t[keep]
+        if rows.empty:
+            raise FigureError(f"no results for {predictor or 'any predictor'} in {world}")
+        if rows.labels.nunique() > 1:
+            sets = ", ".join(sorted(set(rows.labels)))
+            raise FigureError(f"{world} holds several label sets ({sets}): name one with "
+                              f"labels=<prefix>")
+        if predictor is not None and rows.params.nunique() > 1:
+            raise FigureError(f"{predictor} in {world} has several parameter sets")
+        return rows
+
+    def predictors(self, world: World) -> list[str]:
+        """The world's predictors (references aside), for claims about each of them."""
+        rows = self._rows(world)
+        return sorted(set(rows[rows.kind == "predictor"].predictor))
+
+    def results_of(self, world: World, predictor: str) -> list[Result]:
+        """The predictor's results in the world, one per seed."""
+        sources = set(self._rows(world, predictor).result)
+        return [r for r in self.results if r.source in sources]
+
+    def _json(self, source: str) -> Any:
+        if source not in self._files:
+            self._files[source] = json.loads((self.root / source).read_text())
+        return self._files[source]
+
+    def get(self, world: World, predictor: str, path: str, step: int | None = None,
+            variant: str = "") -> Figure:
+        """One figure, as the module doc reads it; FigureError when the results lack it."""
+        rows = self._rows(world, predictor)
+        rows = rows[rows.variant == variant]
+        if step is None and path in set(rows.metric):
+            def mean(metric: str) -> float | None:
+                vals = rows[rows.metric == metric].value
+                return float(vals.mean()) if len(vals) else None
+            lo, hi = mean(f"{path}_ci_low"), mean(f"{path}_ci_high")
+            return Figure(mean(path), (lo, hi) if lo is not None and hi is not None else None)
+        values = []
+        for source in sorted(set(rows.result)):
+            block = self._json(source)
+            if variant:
+                block = _walk(block, f"metrics.variants.{variant}") or {}
+            for where in (path, f"metrics.{path}"):
+                found = _walk(block, where)
+                if found is not None:
+                    break
+            if isinstance(found, list) and step is not None:
+                found = _at_step(block, where, found, step)
+            elif step is not None:
+                found = None
+            if (figure := _figure(found)) is not None:
+                values.append(figure)
+        if not values:
+            at = "" if step is None else f" at {step}"
+            raise FigureError(f"no figure {path}{at} for {predictor} in {world}")
+        cis = [f.ci for f in values if f.ci is not None]
+        return Figure(statistics.fmean(f.value for f in values),
+                      (statistics.fmean(c[0] for c in cis), statistics.fmean(c[1] for c in cis))
+                      if len(cis) == len(values) else None)
+
+    def steps(self, world: World, predictor: str, path: str) -> list[int]:
+        """The steps a list figure is read at (its `observed_steps`, else its indices)."""
+        for r in self.results_of(world, predictor):
+            block = self._json(r.source)
+            for where in (path, f"metrics.{path}"):
+                found = _walk(block, where)
+                if isinstance(found, list):
+                    parent = _walk(block, where.rpartition(".")[0]) if "." in where else block
+                    steps = parent.get("observed_steps") if isinstance(parent, Mapping) else None
+                    return [int(s) for s in steps] if isinstance(steps, list) and \
+                        len(steps) == len(found) else list(range(len(found)))
+        raise FigureError(f"{path} of {predictor} in {world} is not a list of steps")
+
+    def paired(self, world: World, a: str, b: str, path: str, step: int | None = None
+               ) -> Figure:
+        """a's figure minus b's, paired as the module doc says; FigureError where the two
+        cannot be paired."""
+        if step is None and path in ("static.mae", "dynamic.mae"):
+            return self._paired_rows(world, a, b, path.split(".")[0])
+        if step is None and path == "distribution.static.crps":
+            return self._paired_crps(world, a, b)
+        if step is None and path == "scheduling.score":
+            return self._paired_schedule(world, a, b)
+        return Figure(self.get(world, a, path, step).value - self.get(world, b, path, step).value)
+
+    def _paired_rows(self, world: World, a: str, b: str, kind: str) -> Figure:
+        mine = row_errors([r.predictions for r in self.results_of(world, a)], kind)
+        ref = row_errors([r.predictions for r in self.results_of(world, b)], kind)
+        if mine is None or ref is None or not np.array_equal(mine[1], ref[1]) \
+                or not np.array_equal(mine[2], ref[2]):
+            raise FigureError(f"{a} and {b} in {world} cannot be paired on {kind} errors")
+        both = np.isfinite(mine[0]) & np.isfinite(ref[0])
+        return _paired_figure(paired_difference(mine[0][both], ref[0][both], mine[1][both]))
+
+    def _paired_crps(self, world: World, a: str, b: str) -> Figure:
+        def rows(name: str) -> tuple[np.ndarray, np.ndarray]:
+            runs = [r.predictions for r in self.results_of(world, name)]
+            if any(p is None or p.crps is None or p.prompt_id is None for p in runs):
+                raise FigureError(f"{name} in {world} stores no CRPS per row")
+            crps = np.mean([[np.nan if v is None else v for v in p.crps] for p in runs], axis=0)
+            return crps, np.asarray(runs[0].prompt_id)
+        (mine, ids), (ref, ref_ids) = rows(a), rows(b)
+        if b != SIBLINGS or not np.array_equal(ids, ref_ids):
+            raise FigureError(f"CRPS pairs against {SIBLINGS} on the same rows, not {b}")
+        _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+        keep = (counts[inverse.reshape(-1)] >= 2) & np.isfinite(mine) & np.isfinite(ref)
+        return _paired_figure(paired_difference(mine[keep], ref[keep], ids[keep]))
+
+    def _paired_schedule(self, world: World, a: str, b: str) -> Figure:
+        from lenbench.sim.score import paired_score_difference
+
+        def per_seed(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            runs = self.results_of(world, name)
+            if len(runs) != 1:
+                raise FigureError(f"{name} in {world}: paired scheduling reads one seed's run")
+            sched = runs[0].scheduling or {}
+            metric = sched.get("score_metric")
+            rows = {h.get("row"): h.get("per_seed", {}).get(metric)
+                    for h in sched.get("headline") or []}
+            if not all(isinstance(rows.get(k), list) for k in (name, "baseline", "oracle")):
+                raise FigureError(f"{name} in {world} stores no per-seed scheduling figures")
+            return tuple(np.array(rows[k], dtype=np.float64)  # type: ignore[return-value]
+                         for k in (name, "baseline", "oracle"))
+        (row_a, base, best), (row_b, base_b, _) = per_seed(a), per_seed(b)
+        if not np.array_equal(base, base_b):
+            raise FigureError(f"{a} and {b} in {world} were not simulated on the same draws")
+        d = paired_score_difference(base - row_a, base - row_b, base - best, base)
+        if not is_number(d.get("value")):
+            raise FigureError(f"no paired scheduling score in {world}: {d.get('reason')}")
+        lo, hi = d.get("ci95_low"), d.get("ci95_high")
+        return Figure(float(d["value"]),
+                      (float(lo), float(hi)) if is_number(lo) and is_number(hi) else None)
+
+
+def _paired_figure(d: Mapping[str, Any]) -> Figure:
+    ci: Sequence[float] | None = d.get("ci")
+    return Figure(float(d["mean"]), (float(ci[0]), float(ci[1])) if ci is not None else None)
