@@ -2,16 +2,22 @@
 
     python -m lenbench.rescore_scheduling leaderboard/results [more folders or files]
 
+    python -m lenbench.rescore_scheduling DIR --dry-run --out old-vs-new.md
+
 The simulator reads a predictor's test predictions, the rows' true lengths and censored flags
 (all in `predictions`) and the rows' prompt lengths. Results written since the score's ceiling
 became the oracle store the prompt lengths too; for an older one they are read from its world's
-labels (the cached generate stage the result names, or else its shipped world, loaded without
-features; nothing is generated) and checked against its rows' prompt ids and lengths, then
-stored in the file so that the next rescoring needs nothing else. The block is recomputed with
-the same sim config and simulator seeds, so on the same draws, under today's score
-(`sim.record`); the predictor is not run again. A record with a comparison (sim.compare)
-needs the predictor's dynamic estimates, which are not stored: it is left as it is and
-reported.
+labels (the cached generate stage the result names, or else its shipped world: the one its
+config names, or the one whose card carries its labels fingerprint, as the toy world a run takes
+through its model's card; loaded without features, and only when the run's model and sample
+settings are the world's, so that nothing is trained or generated) and checked against its rows'
+prompt ids and lengths, then stored in the file so that the next rescoring needs nothing else.
+The block is recomputed with the same sim config and simulator seeds, so on the same draws, under
+today's score (`sim.record`); the predictor is not run again, and the file's `protocol_version`
+becomes this protocol (its other figures follow rules no later protocol changed; a file whose
+static figures are older is refused: `python -m lenbench.results.rescore` first). A record with a
+comparison (sim.compare) needs the predictor's dynamic estimates, which are not stored: it is
+left as it is and reported. Each file's figures are printed old beside new.
 """
 
 from __future__ import annotations
@@ -27,9 +33,16 @@ from typing import Any
 import numpy as np
 
 from lenbench.configs import load_preset
-from lenbench.results import write_result
+from lenbench.results import PROTOCOL_VERSION, write_result
 from lenbench.results.provenance import utc_now
-from lenbench.sim.record import rescore_scheduling
+from lenbench.results.versions import changed_since
+from lenbench.sim.record import rescorable_config, rescore_scheduling
+
+# (label, key) of a predictor's headline figures printed old beside new, after its score
+CHANGES_SHOWN = (("All mean change", "e2e_mean_all_change"),
+                 ("Short mean change", "e2e_mean_short_change"),
+                 ("Long mean change", "e2e_mean_long_change"),
+                 ("Capped mean change", "e2e_mean_capped_change"))
 
 log = logging.getLogger("lenbench.rescore_scheduling")
 
@@ -48,9 +61,11 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     cached = cache / "generate" / str(key) / "labels.parquet"
     if cached.exists():
         labels = pd.read_parquet(cached, columns=["prompt_id", "split", "L", "prompt_token_ids"])
-    elif (cfg.get("generation") or {}).get("shipped"):
+    elif (world := shipped_world_of(result)) is not None:
         from lenbench.pipeline import prepare_world
 
+        cfg["generation"] = {**cfg["generation"], "shipped": world}
+        check_loads_without_generating(result, cfg, world)
         cfg["paths"] = {**(cfg.get("paths") or {}), "cache_dir": str(cache)}
         labels = prepare_world(cfg, need_features=False, progress=False).labels
     else:
@@ -67,10 +82,57 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     return test["prompt_token_ids"].map(len).to_numpy(dtype=np.int64)
 
 
+def shipped_world_of(result: dict[str, Any]) -> str | None:
+    """The shipped world whose labels a result was scored on: the one its config names, else the
+    one whose card records the result's labels fingerprint (a run that left generation.shipped
+    null takes the world its model's card names, as the toy model's does); None if neither."""
+    from lenbench.worlds.shipped import CARD_FILE, available, world_folder
+
+    named = ((result.get("config") or {}).get("generation") or {}).get("shipped")
+    if named:
+        return str(named)
+    fingerprint = (result.get("fingerprints") or {}).get("labels")
+    for name in available() if fingerprint else ():
+        card = json.loads((world_folder(name) / CARD_FILE).read_text(encoding="utf-8"))
+        if card.get("labels_fingerprint") == fingerprint:
+            return name
+    return None
+
+
+def check_loads_without_generating(result: dict[str, Any], cfg: dict[str, Any],
+                                   world: str) -> None:
+    """ValueError unless loading `world` with the result's config takes every sample from it:
+    the model its samples came from (for the toy model, the shipped weights, which its config
+    must select: another config would train) and the settings that decide a sample."""
+    from lenbench.models.loading import resolve_device, resolve_dtype, toy_config
+    from lenbench.models.shipped_toy import shipped_toy_model
+    from lenbench.pipeline import generation_stage_config
+    from lenbench.worlds.shipped import ShippedWorld, sample_key
+
+    model = dict(cfg["model"])
+    key = str((result.get("model") or {}).get("key"))
+    if model.get("source") == "toy":
+        shipped = None if model.get("retrain") else shipped_toy_model(
+            toy_config(dict(model.get("toy") or {})).to_dict())
+        if shipped is None or shipped[1] != key:
+            raise ValueError(f"model.toy: the result's toy model is not the one shipped with "
+                             f"world {world}; its labels would be sampled here")
+    model["dtype"] = resolve_dtype(model.get("dtype"), resolve_device(cfg.get("device", "cpu")))
+    settings = sample_key(generation_stage_config({**cfg, "model": model}, key))
+    if diffs := ShippedWorld.load(world).differences(settings):
+        raise ValueError(f"generation: the result's settings differ from world {world}'s "
+                         f"({'; '.join(diffs)}); its labels would be generated here")
+
+
 def rescore_result(result: dict[str, Any], prompt_len: np.ndarray | None = None,
                    score_alphas: Sequence[float] | None = None) -> dict[str, Any]:
-    """`result` with its scheduling block recomputed (and `predictions.prompt_len` stored);
-    `prompt_len` is read from the result when None."""
+    """`result` with its scheduling block recomputed (and `predictions.prompt_len` stored) and
+    its protocol this one; `prompt_len` is read from the result when None. A result whose static
+    figures predate this protocol's is refused: they would pass for current."""
+    before = int(result.get("protocol_version", 1))
+    if changed_since("metrics.static", before):
+        raise ValueError(f"protocol_version: {before}, whose static figures a later protocol "
+                         "changed; rescore them first (python -m lenbench.results.rescore)")
     preds = result["predictions"]
     if prompt_len is None:
         if preds.get("prompt_len") is None:
@@ -84,10 +146,73 @@ def rescore_result(result: dict[str, Any], prompt_len: np.ndarray | None = None,
                                np.asarray(preds["true"]), np.asarray(preds["pred"]),
                                prompt_len, None if censored is None else np.asarray(censored),
                                score_alphas=score_alphas)
-    sched["rescored"] = {"at": utc_now(),
+    sched["rescored"] = {"at": utc_now(), "from_protocol": before,
+                         "to_protocol": max(before, PROTOCOL_VERSION),
                          "from": "the stored test predictions, on the recorded draws"}
-    return {**result, "scheduling": sched,
-            "predictions": {**preds, "prompt_len": [int(n) for n in prompt_len]}}
+    out = {**result, "scheduling": sched, "protocol_version": max(before, PROTOCOL_VERSION),
+           "predictions": {**preds, "prompt_len": [int(n) for n in prompt_len]}}
+    note = result.get("rescored")
+    if isinstance(note, dict) and "scheduling" in (note.get("kept") or {}):
+        out["rescored"] = {**note, "kept": {k: v for k, v in note["kept"].items()
+                                            if k != "scheduling"}}
+    return out
+
+
+def own_headline(sched: dict[str, Any], name: str) -> dict[str, Any]:
+    """The predictor's own entry of a scheduling record's headline ({} if none)."""
+    rows = [h for h in sched.get("headline") or []
+            if h.get("row") not in ("baseline", "oracle", "constant")]
+    return next((h for h in rows if h.get("row") == name), rows[0] if rows else {})
+
+
+def comparison_lines(source: str, name: str, old: dict[str, Any],
+                     new: dict[str, Any]) -> list[str]:
+    """Markdown rows `| file | figure | old | new |` of one rescored scheduling block."""
+    before, after = own_headline(old, name), own_headline(new, name)
+    pairs = [("score on", old.get("score_metric"), new.get("score_metric")),
+             ("Score [95% CI]", _score(before), _score(after)),
+             ("short / long threshold (tokens)", _thresholds(old), _thresholds(new)),
+             ("classes short / long / capped", _shares(old), _shares(new))]
+    pairs += [(label, _change(before.get(key)), _change(after.get(key)))
+              for label, key in CHANGES_SHOWN]
+    pairs.append(("Score by aging weight", _by_alpha(old), _by_alpha(new)))
+    return [f"| {source} | {label} | {a or '—'} | {b or '—'} |" for label, a, b in pairs]
+
+
+def _score(entry: dict[str, Any]) -> str:
+    value, ci = entry.get("score"), entry.get("score_ci95")
+    if value is None:
+        return f"— ({entry['score_reason']})" if entry.get("score_reason") else "—"
+    text = f"{100 * value:.1f}%"
+    if isinstance(ci, list) and len(ci) == 2 and None not in ci:
+        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return text
+
+
+def _thresholds(sched: dict[str, Any]) -> str:
+    short, long = sched.get("short_threshold"), sched.get("long_threshold")
+    return "" if short is None or long is None else f"{short:g} / {long:g}"
+
+
+def _shares(sched: dict[str, Any]) -> str:
+    shares = sched.get("class_shares") or {}
+    return " / ".join("—" if shares.get(k) is None else f"{100 * shares[k]:.1f}%"
+                      for k in ("short", "long", "capped")) if shares else ""
+
+
+def _change(value: Any) -> str:
+    return "" if value is None else f"{100 * value:+.2f}%"
+
+
+def _by_alpha(sched: dict[str, Any]) -> str:
+    sweep = sched.get("by_alpha") or {}
+    cells = []
+    for entry in sweep.get("entries") or []:
+        own = [row for name, row in (entry.get("rows") or {}).items() if name != "oracle"]
+        score = (own[0].get("score") or {}).get("value") if own else None
+        cells.append(f"α {entry['aging_alpha']:g}: "
+                     + ("—" if score is None else f"{100 * score:.1f}%"))
+    return ", ".join(cells)
 
 
 def _files(paths: Sequence[str]) -> list[Path]:
@@ -108,11 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "their prompt lengths (default: LENBENCH_CACHE_DIR, else the one "
                              "each result recorded)")
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    parser.add_argument("--out", metavar="PATH", help="also write the printout (each file's "
+                                                      "figures, old beside new) to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     alphas = load_preset("sim", "default").get("score_alphas")
     worlds: dict[str, np.ndarray | ValueError] = {}  # prompt lengths, or why there are none
     failed = 0
+    lines = ["| file | figure | old | new |", "|---|---|---|---|"]
+    left: list[str] = []
     for path in _files(args.paths):
         if path.name.startswith("."):  # an interrupted write's temporary file
             continue
@@ -121,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 or not result.get("predictions"):
             continue
         try:
+            rescorable_config(result["scheduling"])  # before reading a world for nothing
             lengths = None
             if result["predictions"].get("prompt_len") is None:
                 key = str((result.get("stage_keys") or {}).get("generate")
@@ -139,21 +269,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (KeyError, ValueError) as exc:
             failed += 1
             log.warning("%s: not rescored: %s", path, exc)
+            left.append(f"{path}: left as it is ({exc})")
             continue
-        head = {h["row"]: h for h in new["scheduling"]["headline"]}
-        own = head.get(result["predictor"]["name"]) or next(
-            h for row, h in head.items() if row not in ("baseline", "oracle", "constant"))
-        old = next((h for h in result["scheduling"].get("headline") or []
-                    if h.get("row") == own["row"]), {})
-        log.info("%s: score %s -> %s (%s)", path, _pct(old.get("score")), _pct(own["score"]),
-                 new["scheduling"]["score_metric"])
+        name = result["predictor"]["name"]
+        log.info("%s: score %s -> %s (%s)", path, _score(own_headline(result["scheduling"], name)),
+                 _score(own_headline(new["scheduling"], name)), new["scheduling"]["score_metric"])
+        lines += comparison_lines(path.as_posix(), name, result["scheduling"], new["scheduling"])
         if not args.dry_run:
             write_result(path, new)
+    text = "\n".join([*lines, "", *left]) + "\n"
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
     return 1 if failed else 0
-
-
-def _pct(value: Any) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
 
 
 if __name__ == "__main__":

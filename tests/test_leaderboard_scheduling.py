@@ -182,7 +182,8 @@ def test_quality_plot_written(board) -> None:
     md, out, _ = board
     plot = out / "plot-toyworld__toy-sched-quality.png"
     assert plot.read_bytes()[:4] == b"\x89PNG"
-    assert plot.name in md
+    # the score against the main table's rank score, which the scheduling table shows too
+    assert f"![Scheduling score vs C-index, toyworld / toy]({plot.name})" in md
 
 
 def test_no_comparison_table_without_comparison_records(board) -> None:

@@ -16,7 +16,7 @@ from lenbench import Predictor
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.evaluate import evaluate_predictor
 from lenbench.leaderboard import build_leaderboard
-from lenbench.results import json_safe, load_results, result_path, write_result
+from lenbench.results import PROTOCOL_VERSION, json_safe, load_results, result_path, write_result
 from lenbench.results.rescore import NotRescored, main, rescore_result
 
 NEW_STATIC = ("c_index", "c_index_ci", "n_comparable_pairs", "within_25_ci", "within_25_n",
@@ -73,7 +73,7 @@ def test_rescoring_gives_the_fresh_figures_and_keeps_the_variants(fresh: dict) -
     assert fresh["metrics"]["static"]["n_censored"] > 0
     old = as_protocol_2(fresh)
     new, note = rescore_result(old)
-    assert new["protocol_version"] == fresh["protocol_version"] == 3
+    assert new["protocol_version"] == fresh["protocol_version"] == PROTOCOL_VERSION
     for key in (*NEW_STATIC, "within_25", "mae", "mae_ci", "kendall_tau"):
         assert new["metrics"]["static"][key] == pytest.approx(fresh["metrics"]["static"][key]), key
     for key in NEW_DIST:  # a quantile predictor: P(L >= cap) from its stored quantiles is its own
@@ -84,7 +84,7 @@ def test_rescoring_gives_the_fresh_figures_and_keeps_the_variants(fresh: dict) -
     assert new["metrics"]["variants"] == old["metrics"]["variants"]
     assert note["kept"] == {"metrics.variants": 2} and note["p_cap"] == "stored quantiles"
     assert new["rescored"] == note and note["from_protocol"] == 2
-    with pytest.raises(NotRescored, match="already protocol 3"):
+    with pytest.raises(NotRescored, match=f"already protocol {PROTOCOL_VERSION}"):
         rescore_result(new)
 
 
@@ -115,7 +115,7 @@ def test_the_tool_prints_old_and_new_and_the_board_marks_only_the_kept_rows(
     assert main([str(res), "--out", str(tmp_path / "old-vs-new.md")]) == 0
     assert (tmp_path / "old-vs-new.md").read_text().startswith("| file | figure | old | new |")
     (result,), problems = load_results(res)
-    assert not problems and result.protocol_version == 3
+    assert not problems and result.protocol_version == PROTOCOL_VERSION
     assert result.kept_protocols == {"metrics.variants": 2}
     board = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
     main_table = board.split("| Predictor |", 1)[1].split("\n\n", 1)[0]
@@ -127,3 +127,27 @@ def test_the_tool_prints_old_and_new_and_the_board_marks_only_the_kept_rows(
     distributions = board.split("### Distributions", 1)[1]
     dist = json.loads(path.read_text())["metrics"]["distribution"]["static"]
     assert f"| ≈ {dist['runaway_auc']:.2f} [" in distributions and dist["q90_at_cap"] > 0
+
+
+def test_the_scheduling_block_is_kept_until_its_own_tool_rescores_it(fresh: dict) -> None:
+    """This tool recomputes static figures only: a file whose static figures are current is left
+    alone, and an older file's scheduling block, whose rules a later protocol changed, is kept
+    and said to be, until `rescore_scheduling` recomputes it."""
+    from lenbench.evaluate import schedule
+    from lenbench.rescore_scheduling import rescore_result as rescore_scheduling_of
+
+    sim = {"enabled": True, "n_prefill": 1, "n_decode": 1, "max_num_seqs": 4,
+           "n_requests": 60, "seeds": [0], "score_metric": "e2e_mean_short"}
+    true, pred = fresh["predictions"]["true"], fresh["predictions"]["pred"]
+    prompt = np.full(len(true), 12)
+    old = {**as_protocol_2(fresh), "scheduling": schedule(np.asarray(true), np.asarray(pred),
+                                                          prompt, "bp", sim)}
+    with pytest.raises(NotRescored, match="protocol 3: its static figures are current"):
+        rescore_result({**old, "protocol_version": 3})
+    new, note = rescore_result(old)
+    assert note["kept"] == {"metrics.variants": 2, "scheduling": 2}
+    assert new["scheduling"] == old["scheduling"] and new["protocol_version"] == PROTOCOL_VERSION
+    done = rescore_scheduling_of(new, prompt)
+    assert done["rescored"]["kept"] == {"metrics.variants": 2}
+    assert done["scheduling"]["score_metric"] == "e2e_mean_all"
+    assert done["protocol_version"] == PROTOCOL_VERSION

@@ -13,10 +13,18 @@ import pytest
 from helpers.leaderboard import GOLDEN
 
 from lenbench.evaluate import schedule
-from lenbench.rescore_scheduling import main, rescore_result, world_prompt_lengths
-from lenbench.results import load_results
+from lenbench.models.shipped_toy import read_card
+from lenbench.rescore_scheduling import (
+    check_loads_without_generating,
+    main,
+    rescore_result,
+    shipped_world_of,
+    world_prompt_lengths,
+)
+from lenbench.results import PROTOCOL_VERSION, load_results
 from lenbench.sim import SimConfig
 from lenbench.sim.record import rescore_scheduling, scheduling_record
+from lenbench.worlds.shipped import ShippedWorld
 
 # The toy preset's load, arrivals and guard on a smaller cluster, as an older result recorded
 # it: the short-request score, no sweep over aging weights.
@@ -58,10 +66,13 @@ def test_rescoring_refuses_what_it_cannot_recompute() -> None:
     with pytest.raises(ValueError, match="scheduling.config.compare"):
         rescore_scheduling({**old, "config": {**old["config"], "compare": True}}, "p", true,
                            pred, prompt, cut)
-    result = {"predictor": {"name": "p"}, "scheduling": old,
+    result = {"predictor": {"name": "p"}, "scheduling": old, "protocol_version": 3,
               "predictions": {"true": true.tolist(), "pred": pred.tolist()}}
     with pytest.raises(ValueError, match="predictions.prompt_len"):
         rescore_result(result)
+    # static figures of an earlier protocol than the last static change would pass for current
+    with pytest.raises(ValueError, match="protocol_version: 2"):
+        rescore_result({**result, "protocol_version": 2}, prompt)
 
 
 def test_command_rescores_files_in_place(tmp_path: Path) -> None:
@@ -75,13 +86,20 @@ def test_command_rescores_files_in_place(tmp_path: Path) -> None:
     r["predictions"] = {"true": true.tolist(), "pred": pred.tolist(),
                         "censored": cut.tolist(), "prompt_len": prompt.tolist()}
     r["scheduling"] = schedule(true, pred, prompt, "mlp_probe", OLD_SIM)
+    r["protocol_version"] = 3  # scored under the short-request score
     path.write_text(json.dumps(r), encoding="utf-8")
-    assert main([str(results), "--dry-run"]) == 0
+    assert main([str(results), "--dry-run", "--out", str(tmp_path / "old-vs-new.md")]) == 0
     assert json.loads(path.read_text(encoding="utf-8"))["scheduling"]["score_metric"] == \
         "e2e_mean_short"
+    printed = (tmp_path / "old-vs-new.md").read_text(encoding="utf-8")
+    assert f"| {path.as_posix()} | score on | e2e_mean_short | e2e_mean_all |" in printed
+    old_score = next(h for h in r["scheduling"]["headline"] if h["row"] == "mlp_probe")["score"]
+    assert f"| {path.as_posix()} | Score [95% CI] | {100 * old_score:.1f}% [" in printed
     assert main([str(results)]) == 0
     done = json.loads(path.read_text(encoding="utf-8"))
     assert done["scheduling"]["score_metric"] == "e2e_mean_all"
+    assert done["protocol_version"] == PROTOCOL_VERSION
+    assert done["scheduling"]["rescored"]["from_protocol"] == 3
     assert done["scheduling"]["by_alpha"]["alphas"] == [0.0, 0.1, 0.5, 1.0, 4.0]  # the preset's
     assert "rescored" in done["scheduling"] and done["predictions"]["prompt_len"] == \
         prompt.tolist()
@@ -110,3 +128,38 @@ def test_prompt_lengths_come_from_the_cached_labels(tmp_path: Path) -> None:
         world_prompt_lengths(other, str(tmp_path))
     with pytest.raises(ValueError, match="stage_keys.generate"):
         world_prompt_lengths({**result, "stage_keys": {"generate": "elsewhere"}}, str(tmp_path))
+
+
+def _toy_result() -> dict:
+    """A result of the default toy run as its file records it: generation.shipped left null (the
+    run took the toy world through its model's card), the world's labels fingerprint."""
+    world = ShippedWorld.load("toyworld")
+    settings = world.card["sample_key"]
+    generation = {"backend": settings["backend"], "temperature": settings["temperature"],
+                  "top_p": settings["top_p"], "max_new_tokens": settings["max_new_tokens"],
+                  "seed": settings["seed"], "shipped": None, "regenerate": False}
+    return {"config": {"model": {"source": "toy", "toy": read_card()["toy_config"],
+                                 "retrain": False, "dtype": "float32"},
+                       "generation": generation, "device": "cpu"},
+            "model": {"key": settings["model"]},
+            "fingerprints": {"labels": world.fingerprint}}
+
+
+def test_a_shipped_world_is_found_by_the_results_labels_fingerprint() -> None:
+    """A result that did not name its shipped world (the toy world, taken through the model's
+    card) reads it by its labels fingerprint, and only when loading it generates nothing."""
+    result = _toy_result()
+    assert shipped_world_of(result) == "toyworld"
+    other_labels = {**result, "fingerprints": {"labels": "0123456789abcdef"}}
+    assert shipped_world_of(other_labels) is None
+    named = {**other_labels, "config": {**result["config"], "generation": {
+        **result["config"]["generation"], "shipped": "smollm2_sharegpt"}}}
+    assert shipped_world_of(named) == "smollm2_sharegpt"
+    check_loads_without_generating(result, result["config"], "toyworld")
+    cfg = result["config"]
+    retrained = {**cfg, "model": {**cfg["model"], "toy": {**cfg["model"]["toy"], "seed": 1}}}
+    with pytest.raises(ValueError, match="model.toy"):  # other weights: would be trained here
+        check_loads_without_generating(result, retrained, "toyworld")
+    hotter = {**cfg, "generation": {**cfg["generation"], "temperature": 0.5}}
+    with pytest.raises(ValueError, match="generation: .*temperature"):  # would be sampled here
+        check_loads_without_generating(result, hotter, "toyworld")

@@ -236,6 +236,8 @@ def test_plots(tmp_path: Path) -> None:
              plot_p99_vs_load(loads, tmp_path / "load.png"),
              plot_p99_vs_quality(sweep, tmp_path / "quality.png"),
              plot_p99_vs_quality([sweep, loads[0]], tmp_path / "quality2.png"),
-             plot_score_vs_quality([sweep, loads[0]], tmp_path / "score.png")]
+             plot_score_vs_quality([sweep, loads[0]], tmp_path / "score.png"),
+             plot_score_vs_quality(sweep, tmp_path / "score_c.png", rank={"noisy_0.3": 0.8},
+                                   rank_label="C-index")]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

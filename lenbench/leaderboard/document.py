@@ -37,14 +37,13 @@ from lenbench.leaderboard.rows import (
     main_legend,
     metric_cell,
     name_cell,
-    oldest_protocol,
+    outdated_since,
 )
 from lenbench.leaderboard.scheduling import scheduling_section
 from lenbench.leaderboard.site import World, write_site
 from lenbench.leaderboard.transfer import transfer_section
 from lenbench.results import (
     PROTOCOL_CHANGES,
-    PROTOCOL_VERSION,
     ErrorInfo,
     Result,
     load_results,
@@ -159,16 +158,16 @@ def _protocol_note(rows: list[Row]) -> list[Block]:
     old = earlier_protocol(shown)
     if not old:
         return []
-    oldest = min(oldest_protocol(r) for r in old)
-    changes = "; ".join(PROTOCOL_CHANGES.get(v, f"protocol {v}")
-                        for v in range(oldest + 1, PROTOCOL_VERSION + 1))
-    rescored = sum(r.protocol_version == PROTOCOL_VERSION for r in old)
+    since = sorted({v for r in old for v in outdated_since(r)})
+    changes = "; ".join(f"{PROTOCOL_CHANGES.get(v, 'its changes')} (protocol {v})"
+                        for v in since)
+    rescored = sum(not r.outdated("metrics.static") for r in old)
     partly = (f" {rescored} of them were rescored from their stored predictions, all but "
               "their decoding variants (whose predictions are not stored): only those rows keep "
               "the earlier figures." if rescored else "")
     return [Text(f"**Scored under an earlier protocol** ({len(old)} of {len(shown)} results, "
-                 f"marked ‡): these figures were computed before {changes} (protocol "
-                 f"{PROTOCOL_VERSION}); rerun the section's runs to rescore them.{partly}")]
+                 f"marked ‡): these figures were computed before {changes}; rerun the "
+                 f"section's runs to rescore them.{partly}")]
 
 
 def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,

@@ -20,7 +20,6 @@ from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.metric_specs import MetricSpec, main_spec
 from lenbench.leaderboard.table import figures
 from lenbench.results import (
-    PROTOCOL_VERSION,
     Predictions,
     Result,
     computing_params,
@@ -28,9 +27,9 @@ from lenbench.results import (
 )
 from lenbench.results.checks import is_number
 
-__all__ = ["MIN_RANKING_PROMPTS", "Row", "build_rows", "earlier_protocol", "main_align",
-           "main_header", "main_legend", "metric_cell", "name_cell", "non_causal",
-           "oldest_protocol", "params_key", "row_cells", "row_marks", "row_protocol"]
+__all__ = ["MIN_RANKING_PROMPTS", "TABLE_BLOCKS", "Row", "build_rows", "earlier_protocol",
+           "main_align", "main_header", "main_legend", "metric_cell", "name_cell", "non_causal",
+           "outdated_since", "params_key", "row_block", "row_cells", "row_marks"]
 
 MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
 RANKED_BY = ("static.mae", "dynamic.mae")  # rows rank by the first; the second where it is absent
@@ -176,21 +175,28 @@ def non_causal(results: Iterable[Result]) -> bool:
     return any(r.audit_failed for r in results)
 
 
-def oldest_protocol(r: Result) -> int:
-    """The earliest protocol any of a result's figures was computed under (a rescored result
-    keeps the protocol of the blocks it could not recompute)."""
-    return min([r.protocol_version, *r.kept_protocols.values()])
+# the blocks whose figures the main and distribution tables show
+TABLE_BLOCKS = ("metrics.static", "metrics.variants")
 
 
-def earlier_protocol(results: Iterable[Result]) -> list[Result]:
-    """The results among `results` with figures scored under an earlier protocol than this
-    lenbench's (all of them, or the blocks a rescoring kept)."""
-    return [r for r in results if oldest_protocol(r) < PROTOCOL_VERSION]
+def outdated_since(r: Result, blocks: Iterable[str] = TABLE_BLOCKS) -> list[int]:
+    """The later protocols that changed the rules of a result's `blocks` since they were
+    computed (a rescored result keeps the protocol of the blocks it could not recompute; a
+    block no later protocol changed is current, whatever the result's own version)."""
+    return sorted({v for block in blocks for v in r.outdated(block)})
 
 
-def row_protocol(r: Result, variant: str | None) -> int:
-    """The protocol of the figures a row reads from `r`: a variant's block, or the result's."""
-    return r.block_protocol("metrics.variants" if variant is not None else "metrics.static")
+def earlier_protocol(results: Iterable[Result],
+                     blocks: Iterable[str] = TABLE_BLOCKS) -> list[Result]:
+    """The results among `results` whose `blocks` hold figures scored under rules a later
+    protocol changed (all of them, or the blocks a rescoring kept)."""
+    blocks = tuple(blocks)
+    return [r for r in results if outdated_since(r, blocks)]
+
+
+def row_block(variant: str | None) -> str:
+    """The block of the figures a row reads from its results: a variant's, or the static one."""
+    return "metrics.variants" if variant is not None else "metrics.static"
 
 
 def row_marks(row: Row) -> list[str]:
@@ -201,7 +207,7 @@ def row_marks(row: Row) -> list[str]:
         marks.append("†")
     if non_causal(row.results):
         marks.append("(non-causal)")
-    if any(row_protocol(r, row.variant) < PROTOCOL_VERSION for r in row.results):
+    if any(r.outdated(row_block(row.variant)) for r in row.results):
         marks.append("‡")
     return marks
 

@@ -24,7 +24,7 @@ from lenbench.leaderboard.scheduling_scores import (
     paired_delta,
     score_definition,
 )
-from lenbench.results import Result
+from lenbench.results import PROTOCOL_CHANGES, Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference
 
@@ -171,6 +171,34 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"its seeds; 1 for the oracle, 0.5 for the constant).")
 
 
+def _protocol_note(stale: list[Result], n_shown: int) -> list[Block]:
+    """One line when some records shown were scored under a scheduling score a later protocol
+    changed: what changed, and how to rescore them."""
+    if not stale:
+        return []
+    since = sorted({v for r in stale for v in r.outdated("scheduling")})
+    changes = "; ".join(f"{PROTOCOL_CHANGES.get(v, 'its changes')} (protocol {v})"
+                        for v in since)
+    return [Text(f"**Scored under an earlier protocol** ({len(stale)} of {n_shown} predictor "
+                 f"results, marked ‡): their scheduling figures were computed before {changes}, "
+                 "and keep the score of their own protocol (the caption names its latency "
+                 "figure): rescore them from their stored predictions with `python -m "
+                 "lenbench.rescore_scheduling`, or rerun them, to compare them with current "
+                 "results.")]
+
+
+def _c_index_by_row(scored: list[Result]) -> dict[str, float]:
+    """Each predictor row's C-index (the main table's, mean over its seeds), by its row name in
+    the scheduling records."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for r in scored:
+        entry = _predictor_row(r.scheduling)
+        value = (r.metrics.static or {}).get("c_index")
+        if entry is not None and is_number(value) and math.isfinite(value):
+            values[str(entry.get("row"))].append(float(value))
+    return {row: statistics.fmean(v) for row, v in values.items()}
+
+
 def scheduling_section(results: list[Result], out_dir: Path, stem: str,
                         written: set[Path], title: str,
                         reference: str = DEFAULT_REFERENCE) -> list[Block]:
@@ -204,10 +232,12 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     counts: dict[str, int] = defaultdict(int)
     for r in scored:
         counts[setting(r)] += 1
-    main = max(scored, key=lambda r: (counts[setting(r)], r.created_at,
-                                      r.source))
+    # records of the current score first: one of an earlier protocol is shown only among its own
+    main = max(scored, key=lambda r: (not r.outdated("scheduling"), counts[setting(r)],
+                                      r.created_at, r.source))
     first = main.scheduling
     other = {id(r) for r in scored if setting(r) != setting(main)}
+    scored_all = scored
     with_sched = [r for r in with_sched if id(r) not in other]
     scored = [r for r in scored if id(r) not in other]
     metric = first.get("score_metric")
@@ -233,7 +263,10 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         return (-value if is_number(value) else math.inf, name)
 
     names = sorted(by_name, key=order)
-    body += [_sched_cells(cell_text(name), by_name[name], metric) for name in names]
+    stale = [r for r in with_sched if r.outdated("scheduling")]
+    marked = {r.predictor.name for r in stale}
+    body += [_sched_cells(cell_text(name) + (" ‡" if name in marked else ""), by_name[name],
+                          metric) for name in names]
     paired = {name: [run for run in runs if _sched_run_scored(run)]
               for name, runs in by_name.items()}
     header = list(_SCHED_HEADER)
@@ -247,7 +280,8 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         for cells, delta in zip(body, deltas):
             cells.insert(2, delta)
     ranked = [name for name in names if order(name)[0] != math.inf]
-    lines = [Heading(3, "Scheduling"), Text(_sched_intro(first)),
+    lines = [Heading(3, "Scheduling"), *_protocol_note(stale, len(with_sched)),
+             Text(_sched_intro(first)),
              Table(header, body, caption="scheduling"),
              Caption("scheduling", _sched_caption(first)),
              *leader_note(ranked, paired, str(metric))]
@@ -255,9 +289,13 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
         lines.append(Text(old_note + " They are left out of the scores and Runs (a predictor "
                           f"with no other result shows {DASH})."))
     if other:
+        n_earlier = sum(bool(r.outdated("scheduling")) for r in scored_all if id(r) in other)
+        earlier = (f" ({n_earlier} of them scored under an earlier protocol's scheduling score: "
+                   "rescore them with `python -m lenbench.rescore_scheduling`)"
+                   if n_earlier else "")
         lines.append(Text(f"{len(other)} predictor result(s) simulated with another sim "
-                          "configuration or other simulator seeds than the one above are not "
-                          "shown."))
+                          f"configuration or other simulator seeds than the one above{earlier} "
+                          "are not shown."))
     records: dict[str, list[Result]] = defaultdict(list)
     for r in scored:
         records[r.predictor.name].append(r)
@@ -267,9 +305,11 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     try:
         from lenbench.sim.plots import plot_score_vs_quality
 
-        plot_score_vs_quality([r.scheduling for r in scored], plot)
+        plot_score_vs_quality([r.scheduling for r in scored], plot, rank=_c_index_by_row(scored),
+                              rank_label="C-index of predictions (Harrell's C, the main "
+                                         "table's; constant predictor at 0.5)")
         written.add(plot)
-        lines.append(Image(f"Scheduling score vs Kendall tau, {title}", plot.name))
+        lines.append(Image(f"Scheduling score vs C-index, {title}", plot.name))
     except (KeyError, TypeError, ValueError) as exc:  # a partial scheduling record
         lines.append(Text(f"(scheduling plot skipped: {type(exc).__name__}: {exc})"))
     return lines

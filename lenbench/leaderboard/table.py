@@ -7,8 +7,8 @@ extra readings a predictor reports (e.g. a classifier's argmax and expectation).
 dotted paths into the result file (`static.mae`, `dynamic.mae_ci_low`, `timings.fit_s`,
 `scheduling.score`; a distribution's figures as `distribution.static.crps`), so each value can be
 found in the JSON it came from. `protocol_version` is the scoring protocol the figure was computed
-under (1 for files that predate the field; a rescored file's variants keep theirs): compare
-figures across runs of the same protocol only.
+under (1 for files that predate the field; a rescored file's variants keep theirs, and so does a
+scheduling score not yet rescored): compare figures across runs of the same protocol only.
 
 Each row also names where its figure comes from: `labels`, the fingerprint of the labels it was
 scored on (two builds of one world are two label sets), `params`, the key of the predictor's
@@ -111,9 +111,16 @@ def result_rows(result: Result) -> list[dict[str, Any]]:
              "predictor": result.predictor.name, "seed": result.seed, "kind": result.kind,
              **_provenance(result),
              "status": result.status}
-    variants = result.block_protocol("metrics.variants")
+    def protocol(variant: str, metric: str) -> int:
+        """The protocol the figure was computed under: its block's (a rescoring keeps some)."""
+        if variant:
+            return result.block_protocol("metrics.variants")
+        if metric.startswith("scheduling."):
+            return result.block_protocol("scheduling")
+        return result.protocol_version
+
     return [{**ident, "variant": variant, "metric": metric, "value": value,
-             "protocol_version": variants if variant else result.protocol_version}
+             "protocol_version": protocol(variant, metric)}
             for variant, metric, value in result_figures(result)]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lenbench.results.upgrade import upgrade
+from lenbench.results.versions import changed_since
 
 __all__ = ["DatasetInfo", "DistributionScores", "ErrorInfo", "Fingerprints", "Metrics",
            "ModelInfo", "PredictorInfo", "Predictions", "Result", "Timings", "Transfer"]
@@ -285,6 +286,11 @@ class Result:
         """The protocol the figures of `block` ("metrics.static", "metrics.variants", ...) were
         computed under."""
         return self.kept_protocols.get(block, self.protocol_version)
+
+    def outdated(self, block: str) -> list[int]:
+        """The protocols since `block`'s figures were computed that changed its rules ([] when
+        they are current: a later protocol may have changed other parts only)."""
+        return changed_since(block, self.block_protocol(block))
 
     @property
     def audit_failed(self) -> bool:

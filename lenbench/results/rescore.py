@@ -18,8 +18,10 @@ when it holds it (``predictions.p_cap``), from the siblings for the noise floor'
 (recomputed from the rows), and otherwise from the five stored quantiles, clipped to the cap: the
 same value for a predictor whose quantiles stop at the cap and for a histogram with no mass at or
 beyond it, an approximation for any other (``rescored.p_cap`` says which, and the leaderboard
-marks such a figure ≈). Dynamic figures, the scheduling record and the other distribution
-figures follow rules this protocol did not change.
+marks such a figure ≈). Dynamic figures and the other distribution figures follow rules that
+did not change. A file whose static figures are current is left alone; a scheduling block that a
+later protocol's rules changed is kept as it is, recorded under ``rescored.kept`` with its protocol,
+and recomputed by `python -m lenbench.rescore_scheduling`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from lenbench.contract.distributions import LengthDistribution
 from lenbench.results import PROTOCOL_VERSION, utc_now, validate_result, write_result
+from lenbench.results.versions import changed_since
 from lenbench.scoring.distribution_metrics import (
     mass_at_cap,
     runaway_scores,
@@ -102,6 +105,9 @@ def rescore_result(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     before = int(data.get("protocol_version", 1))
     if before >= PROTOCOL_VERSION:
         raise NotRescored(f"already protocol {before}")
+    if not changed_since("metrics.static", before):
+        raise NotRescored(f"protocol {before}: its static figures are current (a later protocol "
+                          "changed its scheduling block: python -m lenbench.rescore_scheduling)")
     rows = data.get("predictions") or {}
     if not rows.get("prompt_id") or not data["metrics"].get("static"):
         raise NotRescored("no stored rows with prompt ids to score again")
@@ -114,6 +120,8 @@ def rescore_result(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
                             "at": utc_now(), "kept": {}}
     if data["metrics"].get("variants"):
         note["kept"]["metrics.variants"] = before
+    if data.get("scheduling") and changed_since("scheduling", before):
+        note["kept"]["scheduling"] = before  # python -m lenbench.rescore_scheduling
     transfer = data.get("transfer") or {}
     if (transfer.get("metrics") or {}).get("static"):
         try:

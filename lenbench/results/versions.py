@@ -16,12 +16,37 @@ SCHEMA_VERSION = 1  # the file layout; bump only when a reader can no longer loa
 # the data decide; the MAE on the uncensored rows, the runaway AUCs and the shares of upper
 # quantiles at the cap are new. `python -m lenbench.results.rescore` recomputes these figures of
 # an older file from its stored predictions.
-PROTOCOL_VERSION = 3
+# Version 4: the scheduling score is the predictor's mean gain over the baseline counted up to the
+# oracle's, on the mean latency of all requests (the oracle scores exactly 1); the classes read
+# their thresholds from the lengths that ended before the cap, with the capped requests a class of
+# their own; the score at several aging weights. `python -m lenbench.rescore_scheduling`
+# recomputes the scheduling block of an older file from its stored predictions.
+PROTOCOL_VERSION = 4
 PROTOCOL_CHANGES = {2: "the scale-free scheduling score, censored rows in every distribution "
                        "score and in the noise floor, and the full-split audit",
                     3: "Harrell's C over every row as the rank score, within ±25% counted on "
                        "the rows the data decide, the MAE on uncensored rows and the runaway "
-                       "AUCs"}
+                       "AUCs",
+                    4: "the scheduling score on the mean latency of all requests, capped at the "
+                       "oracle's (which scores exactly 100%), with classes read from the lengths "
+                       "that ended before the cap"}
+# The parts of a result whose rules each protocol changed ("metrics" covers "metrics.static",
+# "metrics.variants", ...): a part's figures computed under an earlier protocol are still current
+# when no later protocol changed that part, so a result is compared part by part.
+PROTOCOL_PARTS = {2: ("metrics", "scheduling", "causality", "transfer"),
+                  3: ("metrics", "transfer"),
+                  4: ("scheduling",)}
+
+
+def changed_since(part: str, protocol: int) -> list[int]:
+    """The protocols after `protocol`, up to this one, that changed the rules of `part`
+    ("metrics.static", "scheduling", ...); [] when its figures are current."""
+    def touches(version: int) -> bool:
+        parts = PROTOCOL_PARTS.get(version)
+        return parts is None or any(part == p or part.startswith(p + ".") for p in parts)
+
+    return [v for v in range(protocol + 1, PROTOCOL_VERSION + 1) if touches(v)]
+
 
 STATUSES = ("ok", "failed")
 KINDS = ("predictor", "reference")

@@ -123,12 +123,16 @@ def plot_p99_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 
 def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-                          path: str | Path) -> Path:
-    """Each predictor row's scheduling score (with its 95% interval over seeds) against its
-    Kendall tau, with reference lines at 0 (baseline and constant) and 1 (oracle).
+                          path: str | Path, rank: Mapping[str, float] | None = None,
+                          rank_label: str = "rank score") -> Path:
+    """Each predictor row's scheduling score (with its 95% interval over seeds) against a rank
+    score of its predictions, with reference lines at 0 (baseline and constant) and 1 (oracle).
 
     `results` is one `simulate_predictions` result or a sequence of them (e.g. one per
     predictor and seed; a row name is labelled once); each is plotted on its own score metric.
+    `rank` gives each row's rank score (named `rank_label` on the axis; a row it lacks is not
+    plotted), so that the plot shares a table's rank column; without it, the simulator's Kendall
+    tau of the row's predictions (the constant predictor at 0).
     """
     plt = _pyplot()
     many = [results] if isinstance(results, Mapping) else list(results)
@@ -142,11 +146,14 @@ def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any
                 continue
             score = entry["score"][metric]
             value = score["value"]
-            if value is None:
+            if rank is not None:
+                x = rank.get(row)
+            else:
+                tau = entry.get("quality", {}).get("kendall_tau")
+                x = 0.0 if tau is None else tau
+            if value is None or x is None:
                 continue
             metrics.add(metric)
-            tau = entry.get("quality", {}).get("kendall_tau")
-            x = 0.0 if tau is None else tau
             lo, hi = score["ci95_low"], score["ci95_high"]
             yerr = None if lo is None or hi is None else [[value - lo], [hi - value]]
             ax.errorbar([x], [value], yerr=yerr, marker="o", capsize=3)
@@ -156,8 +163,9 @@ def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any
                             textcoords="offset points")
     ax.axhline(1.0, linestyle=":", color="gray", label="oracle (true lengths) = 1")
     ax.axhline(0.0, linestyle="--", color="gray", label="baseline (FCFS) and constant = 0")
-    ax.set_xlabel("Kendall tau of predictions (constant predictor at 0)")
-    ax.set_ylabel("score: (baseline - pred) / (baseline - oracle)"
+    ax.set_xlabel(rank_label if rank is not None
+                  else "Kendall tau of predictions (constant predictor at 0)")
+    ax.set_ylabel("score: gain over baseline / oracle's gain (at most 1)"
                   + (f"\non {', '.join(sorted(metrics))}" if metrics else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -22,7 +22,7 @@ from lenbench.sim.comparison import compare_policies
 from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.evaluate import REFERENCE_ROWS, simulate_predictions
 
-__all__ = ["predictor_row", "rescore_scheduling", "scheduling_record"]
+__all__ = ["predictor_row", "rescorable_config", "rescore_scheduling", "scheduling_record"]
 
 
 def predictor_row(name: str) -> str:
@@ -51,6 +51,18 @@ def scheduling_record(true: ArrayLike, pred: ArrayLike, prompt_len: ArrayLike, n
     return out
 
 
+def rescorable_config(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The sim config of a scheduling block that can be recomputed from stored predictions;
+    ValueError (one line naming the field) for one that cannot."""
+    config = dict(record.get("config") or {})
+    if not config:
+        raise ValueError("scheduling.config: missing; the record cannot be rescored")
+    if config.get("compare"):
+        raise ValueError("scheduling.config.compare: the comparison rows need the predictor's "
+                         "dynamic estimates, which a result does not store; rerun the predictor")
+    return config
+
+
 def rescore_scheduling(record: Mapping[str, Any], name: str, true: ArrayLike, pred: ArrayLike,
                        prompt_len: ArrayLike, censored: ArrayLike | None, *,
                        score_alphas: Sequence[float] | None = None,
@@ -61,12 +73,7 @@ def rescore_scheduling(record: Mapping[str, Any], name: str, true: ArrayLike, pr
 
     A record with a comparison (sim.compare) is refused: its dynamic estimates are not stored.
     """
-    config = dict(record.get("config") or {})
-    if not config:
-        raise ValueError("scheduling.config: missing; the record cannot be rescored")
-    if config.get("compare"):
-        raise ValueError("scheduling.config.compare: the comparison rows need the predictor's "
-                         "dynamic estimates, which a result does not store; rerun the predictor")
+    config = rescorable_config(record)
     config["score_metric"] = score_metric
     if not config.get("score_alphas") and score_alphas is not None:
         config["score_alphas"] = [float(a) for a in score_alphas]
