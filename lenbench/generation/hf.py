@@ -14,6 +14,7 @@ batch.
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -206,6 +207,30 @@ class _SlotCache(DynamicCache):
         self.col -= by
 
 
+class _Prefill:
+    """A prompt's prefilled keys and values (every layer) and last logits, kept for its samples
+    still waiting for a slot: copying them in gives those samples what a prefill of their own
+    would (positions count from a row's start, so where the prompt lands does not matter)."""
+
+    def __init__(self, kv: dict[int, tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor):
+        self.kv, self.logits = kv, logits
+
+    @classmethod
+    def keep(cls, cache: _SlotCache, slot: int, n: int, logits: torch.Tensor) -> _Prefill:
+        cols = slice(cache.col - n, cache.col)
+        return cls({layer: (k[slot, :, cols].clone(), v[slot, :, cols].clone())
+                    for layer, (k, v) in cache.buffers.items()}, logits)
+
+    def copy_into(self, cache: _SlotCache, slots: list[int]) -> torch.Tensor:
+        for layer, (k, v) in self.kv.items():
+            k_buf, v_buf = cache.buffers[layer]
+            cols = slice(cache.col - k.shape[1], cache.col)
+            for j in slots:
+                k_buf[j, :, cols] = k
+                v_buf[j, :, cols] = v
+        return self.logits
+
+
 class _Row:
     """A live request in the batch."""
 
@@ -298,6 +323,10 @@ class HFGenerator(Generator):
         cache.col = longest  # room for any prompt to the left of the write column
         slots: list[_Row | None] = [None] * cache.slots  # live rows are packed to the front
         pending = list(range(len(requests)))[::-1]  # pop() from the end = FIFO
+        # a prompt's samples may be admitted at different steps (one slot frees at a time):
+        # its prefill is kept until its last queued sample has a slot, then copied, not redone
+        queued = Counter(r.prompt_ids for r in requests)
+        prefilled: dict[tuple[int, ...], _Prefill] = {}
 
         def take(row: _Row, token: int) -> bool:
             """Append a sampled token; return True when the row is finished."""
@@ -320,7 +349,17 @@ class HFGenerator(Generator):
                 groups: dict[tuple[int, ...], list[int]] = {}
                 for j, row in zip(free, newcomers):
                     groups.setdefault(row.prompt_ids, []).append(j)
-                logits = {p: self._prefill(cache, p, js) for p, js in groups.items()}
+                logits = {}
+                for p, js in groups.items():
+                    if p in prefilled:
+                        logits[p] = prefilled[p].copy_into(cache, js)
+                    else:
+                        logits[p] = self._prefill(cache, p, js)
+                    queued[p] -= len(js)
+                    if queued[p] and p not in prefilled:
+                        prefilled[p] = _Prefill.keep(cache, js[0], len(p), logits[p])
+                    elif not queued[p]:
+                        prefilled.pop(p, None)
                 for j, row in zip(free, newcomers):
                     row.start = cache.col - len(row.prompt_ids)
                     token = sample_token(logits[row.prompt_ids], float(row.rng.random()), cfg)
