@@ -85,7 +85,8 @@ def generate(args) -> pd.DataFrame:
     labels, _ = generate_labels(
         rendered_ok, target.model, target.tokenizer, out,
         SamplingConfig(g["temperature"], g["top_p"], args.cap), n_samples=args.samples,
-        seed=g["seed"], batch_size=args.batch_size or g["batch_size"], shard_prompts=8,
+        seed=g["seed"], batch_size=args.batch_size or g["batch_size"],
+        shard_prompts=1,  # a prompt's samples are kept on disk as soon as all of them end
         max_prompt_tokens=g["max_prompt_tokens"], keep_censored=True, progress=False,
         generator_factory=lambda: HFGenerator(target.model, eos,
                                               batch_size=args.batch_size or g["batch_size"]),
