@@ -72,3 +72,17 @@ def test_a_version_names_its_folder(tmp_path, monkeypatch):
     assert world_folder("w@1") == tmp_path / "w"
     with pytest.raises(ShippedWorldError, match="no such world"):
         world_folder("w@3")
+
+
+def test_eos_share_within_each_cap():
+    from lenbench.worldbuilding.cap_curve import eos_shares
+
+    labels = pd.DataFrame({"prompt_id": ["a"] * 4 + ["b"] * 4,
+                           "L": [100, 300, 800, 1536, 50, 60, 1536, 1536],
+                           "finish_reason": ["stop", "stop", "stop", "length",
+                                             "stop", "stop", "length", "length"]})
+    shares = eos_shares(labels, caps=(64, 384, 1024, 1536), n_boot=200)
+    assert {c: s["eos_share"] for c, s in shares.items()} == \
+        {64: 2 / 8, 384: 4 / 8, 1024: 5 / 8, 1536: 5 / 8}
+    for s in shares.values():  # the interval over prompts holds the estimate
+        assert s["ci95"][0] <= s["eos_share"] <= s["ci95"][1]
