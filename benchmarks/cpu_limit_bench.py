@@ -15,6 +15,8 @@ ratios matter more than the wall times):
 
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 48        # the real_smollm2 world
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 8 --max-new-tokens 32  # a check
+    git worktree add /tmp/before <earlier commit>     # the stage as it was, side by side:
+    PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 96 --old-code /tmp/before
 
 Prompts are the experiment's own (its PromptSet's first `--prompts`), sampled as the world is.
 """
@@ -81,8 +83,13 @@ def _load(cfg: dict):
 
 
 def _generate_worker(cfg: dict, requests: list, shards: list[list[int]] | None, batch: int,
-                     start_at: float):
-    """One process: the requests as one call (shards None) or one call per shard."""
+                     start_at: float, code: str | None = None):
+    """One process: the requests as one call (shards None) or one call per shard, with the
+    lenbench in folder `code` (an earlier checkout) when given."""
+    if code:
+        import sys
+
+        sys.path.insert(0, code)
     from lenbench.generation.hf import HFGenerator
     from lenbench.generation.protocol import GenRequest, SamplingConfig
     from lenbench.models.chat import eos_token_ids
@@ -118,13 +125,14 @@ def generate_side_by_side(cfg, requests, args):
     per_proc = _split_shards(len(requests) // n_samples, n_samples, args.shard_prompts,
                              args.processes)
     out = {}
-    for name, batch, by_shard in (("per-shard calls", args.old_batch, True),
-                                  ("one streaming call", args.batch, False)):
+    old_name = "per-shard calls" + (f" ({Path(args.old_code).name})" if args.old_code else "")
+    for name, batch, by_shard, code in ((old_name, args.old_batch, True, args.old_code),
+                                        ("one streaming call", args.batch, False, None)):
         jobs = []
         for shards in per_proc:
             idx = [i for s in shards for i in s]
             local = [[idx.index(i) for i in s] for s in shards] if by_shard else None
-            jobs.append((cfg, [requests[i] for i in idx], local, batch, time.time() + 25))
+            jobs.append((cfg, [requests[i] for i in idx], local, batch, time.time() + 25, code))
         results = _parallel(_generate_worker, jobs)
         outputs = {}
         for shards, (_, outs) in zip(per_proc, results):
@@ -199,6 +207,8 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--shard-prompts", type=int, default=24, help="the old per-call shard")
     ap.add_argument("--old-batch", type=int, default=48)
+    ap.add_argument("--old-code", help="run the per-shard calls with the lenbench in this folder "
+                                       "(a checkout of an earlier commit: the stage as it was)")
     ap.add_argument("--batch", type=int, default=None, help="default: the preset's batch_size")
     ap.add_argument("--llamacpp", action="store_true")
     ap.add_argument("--slots", type=int, default=32)
