@@ -77,9 +77,20 @@ class _ShardWriter:
         self.prompts, self.rendered = prompts, rendered
         self.started = time.perf_counter()
         self.tokens = 0
+        self.stats: dict[int, GenStats] = {}  # what each shard written here was given
 
     def path(self, shard_no: int) -> Path:
         return self.out_dir / f"shard-{shard_no:05d}.parquet"
+
+    def _write_stats(self, shard_no: int) -> None:
+        atomic_write_bytes(self.path(shard_no).with_suffix(".json"),
+                           json.dumps(asdict(self.stats[shard_no])).encode())
+
+    def add_stats(self, shard_no: int, extra: GenStats) -> None:
+        """Count work a backend reports only after the shard was written (vLLM gives its stats
+        when the call returns, after every result): the shard's stats file is rewritten."""
+        self.stats[shard_no].add(extra)
+        self._write_stats(shard_no)
 
     def write(self, work: _ShardWork, stats: GenStats) -> None:
         made = [work.results[key] for key in work.keys]
@@ -110,7 +121,8 @@ class _ShardWriter:
                          "finish_reason": res.finish_reason,
                          "censored": res.finish_reason == "length"})
         path = self.path(work.shard_no)
-        atomic_write_bytes(path.with_suffix(".json"), json.dumps(asdict(stats)).encode())
+        self.stats[work.shard_no] = GenStats(**asdict(stats))
+        self._write_stats(work.shard_no)
         tmp = path.with_name(path.name + ".tmp")
         pd.DataFrame(rows, columns=LABEL_COLUMNS).to_parquet(tmp, index=False)
         tmp.replace(path)
@@ -157,6 +169,8 @@ def _stream(generator: Generator, todo: list[_ShardWork], sampling: SamplingConf
         if not work.written:
             writer.write(work, rest)
             rest = GenStats()
+    if any(asdict(rest).values()):  # every shard written during the call: the last takes it
+        writer.add_stats(todo[-1].shard_no, rest)
 
 
 def _minus(a: GenStats, b: GenStats) -> GenStats:
@@ -301,6 +315,12 @@ def generate_labels(
         stats.add(GenStats(**json.loads(p.with_suffix(".json").read_text())))
     labels = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if shards else \
         pd.DataFrame(columns=LABEL_COLUMNS)
+    expected = [(prompts.at[i, "prompt_id"], s) for shard in shards for i in shard
+                for s in range(samples_of(i))]
+    if list(zip(labels["prompt_id"], labels["sample_idx"].astype(int))) != expected:
+        raise ValueError(f"{out_dir}: its shard files hold other samples than this run's shards "
+                         f"of {shard_prompts} prompts (written with another shard size or prompt "
+                         "set); move them away or generate into another folder")
     n_censored = int(labels["censored"].sum())
     if not keep_censored:
         labels = labels[~labels["censored"]].reset_index(drop=True)
