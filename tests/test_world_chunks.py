@@ -9,9 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lenbench.worldbuilding.grow import cut_at_cap, wanted_samples
+from lenbench.generation.protocol import GenResult, GenStats, SamplingConfig
+from lenbench.generation.runner import generate_labels
+from lenbench.scoring.fingerprints import labels_fingerprint
+from lenbench.worldbuilding.grow import complete_fingerprint, cut_at_cap, wanted_samples
 from lenbench.worlds.sample_store import KnownSample
-from lenbench.worlds.shipped import ShippedWorld, ShippedWorldError, file_sha256, world_folder
+from lenbench.worlds.shipped import (
+    ShippedWorld,
+    ShippedWorldError,
+    file_sha256,
+    sample_key,
+    world_folder,
+)
 
 
 def test_a_sample_cut_at_a_smaller_cap():
@@ -86,3 +95,52 @@ def test_eos_share_within_each_cap():
         {64: 2 / 8, 384: 4 / 8, 1024: 5 / 8, 1536: 5 / 8}
     for s in shares.values():  # the interval over prompts holds the estimate
         assert s["ci95"][0] <= s["eos_share"] <= s["ci95"][1]
+
+
+class _CharTokenizer:
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+class _VariedLengths:
+    """Lengths from the prompt and sample index, some past the cap (censored)."""
+
+    def generate(self, requests, cfg, on_done=None):
+        results = []
+        for r in requests:
+            n = (3 * len(r.prompt_ids) + r.seed[2]) % 11 + 1
+            results.append(GenResult([7] * cfg.max_new_tokens, "length") if n > cfg.max_new_tokens
+                           else GenResult([7] * (n - 1) + [0], "stop"))
+        return results, GenStats()
+
+
+def test_a_complete_worlds_fingerprint_is_the_generate_stages(tmp_path):
+    """From the chunks' rows in any order, the fingerprint of the labels the generate stage
+    makes of the same samples: its order, its censoring and length filters."""
+    prompts = pd.DataFrame({"prompt_id": [f"{i:032x}" for i in range(1, 7)],
+                            "split": ["train", "test", "test", "val", "test", "train"],
+                            "text": ["ab", "abcdefgh", "c", "dddd", "ee", "f"]})
+    gen = {"n_samples": 2, "dense_prompts": 2, "dense_n_samples": 3, "dense_split": "test",
+           "keep_censored": False, "max_length_exclusive": 6, "max_prompt_tokens": 5}
+
+    def run(out, **kw):
+        args = {"n_samples": 2, "shard_prompts": 2, "max_prompt_tokens": 5, "progress": False,
+                "eos_ids": [0], "generator": _VariedLengths(), "dense_prompts": 2,
+                "dense_n_samples": 3, "dense_split": "test", **kw}
+        return generate_labels(prompts, None, _CharTokenizer(), out,
+                               SamplingConfig(1.0, 1.0, 8), **args)[0]
+
+    labels = run(tmp_path / "labels", keep_censored=False, max_length_exclusive=6)
+    every = run(tmp_path / "every", keep_censored=True)
+    assert every["censored"].any() and (every.loc[~every["censored"], "L"] >= 6).any()
+    fits = [len(t) <= gen["max_prompt_tokens"] for t in prompts["text"]]
+    wanted = [(prompts.at[i, "prompt_id"], s) for i, s in wanted_samples(prompts, fits, gen)]
+    chunks = every.sample(frac=1, random_state=0)[["prompt_id", "sample_idx", "split", "L",
+                                                   "finish_reason"]]
+    assert complete_fingerprint(chunks, wanted, gen) == labels_fingerprint(labels)
+
+
+def test_a_run_reading_a_world_keeps_its_samples_where_grow_looks():
+    """The world's digest is in the generate stage's key, not in its sample store's."""
+    stage = {"model": "m", "temperature": 0.7, "max_new_tokens": 1024, "n_samples": 2}
+    assert sample_key({**stage, "shipped": "0f" * 32}) == sample_key(stage)

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.stages import atomic_write_bytes, stable_hash
 from lenbench.worlds.pack import CPU_FLAGS, LICENSE, PACKAGES
 from lenbench.worlds.sample_store import KnownSample, SampleStore
@@ -114,9 +115,11 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
                        "cpu": cpu_description(CPU_FLAGS), "packages": package_versions(PACKAGES),
                        "lenbench_commit": lenbench_commit(),
                        "with_cap_curve": list(curve) if curve else None})
-    present = len(have) + len(new)
-    card = _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
-                 out)
+    # counted over the wanted samples: a chunk may hold samples a later config no longer wants
+    shipped_ids = have | {(prompts.at[i, "prompt_id"], s) for i, s in new}
+    present = sum((prompts.at[i, "prompt_id"], s) in shipped_ids for i, s in wanted)
+    card = _card(name, description or (card or {}).get("description", ""), cfg, key, ps_card,
+                 prompts, wanted, present, files, builds, out, experiment)
     atomic_write_bytes(card_path, (json.dumps(card, indent=2, default=str) + "\n").encode())
     log.info("grow: %s: %d new samples; %d of %d wanted samples shipped (%.1f%%)", out, len(new),
              present, len(wanted), 100 * present / max(len(wanted), 1))
@@ -168,13 +171,29 @@ def _rows(prompts: pd.DataFrame, new: list[tuple[int, int]], known: dict,
     })
 
 
+def complete_fingerprint(shipped: pd.DataFrame, wanted_ids: list[tuple[str, int]],
+                         gen: dict) -> str:
+    """The labels fingerprint the generate stage gives the complete world: the wanted samples
+    in the stage's order (prompts in file order, then sample index), censored rows dropped unless
+    `keep_censored` and lengths from `max_length_exclusive` up dropped, as the stage drops them."""
+    rows = shipped.assign(sample_idx=shipped["sample_idx"].astype(int)) \
+        .drop_duplicates(["prompt_id", "sample_idx"]) \
+        .set_index(["prompt_id", "sample_idx"]).loc[wanted_ids].reset_index()
+    rows["censored"] = rows["finish_reason"] == "length"
+    if not gen.get("keep_censored"):
+        rows = rows[~rows["censored"]]
+    if gen.get("max_length_exclusive") is not None:
+        rows = rows[rows["L"] < int(gen["max_length_exclusive"])]
+    return labels_fingerprint(rows)
+
+
 def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
-          out: Path) -> dict:
-    parts = [pd.read_parquet(out / f, columns=["prompt_id", "split", "L", "finish_reason"])
-             for f in sorted(files)]
-    shipped = pd.concat(parts, ignore_index=True) if parts else \
-        pd.DataFrame(columns=["prompt_id", "split", "L", "finish_reason"])
+          out: Path, experiment: str) -> dict:
+    columns = ["prompt_id", "sample_idx", "split", "L", "finish_reason"]
+    parts = [pd.read_parquet(out / f, columns=columns) for f in sorted(files)]
+    shipped = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
     gen = cfg["generation"]
+    complete = present >= len(wanted)
     wanted_prompts = {prompts.at[i, "prompt_id"] for i, _ in wanted}
     return {
         "name": name, "version": 2, "description": description,
@@ -191,17 +210,18 @@ def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files,
         "model_dtype": cfg["model"].get("dtype"),
         "sample_key": key,
         "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
-                     "complete": present >= len(wanted)},
+                     "complete": complete},
         "stats": {"samples": len(shipped),
                   "censored_share": float((shipped["finish_reason"] == "length").mean())
                   if len(shipped) else None,
                   "mean_L": float(shipped["L"].mean()) if len(shipped) else None,
                   "prompts": int(shipped["prompt_id"].nunique())},
         "files": files, "chunks": builds,
-        "labels_fingerprint": None,  # None while the world grows
+        "labels_fingerprint": complete_fingerprint(  # None while the world grows
+            shipped, [(prompts.at[i, "prompt_id"], s) for i, s in wanted], gen)
+        if complete else None,
         "license": LICENSE,
-        "rebuild": f"lenbench experiment={cfg.get('experiment_name', 'real_smollm2_v2')} "
-                   "generation.regenerate=true",
+        "rebuild": f"lenbench experiment={experiment} generation.regenerate=true",
     }
 
 

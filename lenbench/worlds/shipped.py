@@ -32,9 +32,12 @@ log = logging.getLogger(__name__)
 WORLDS_DIR = Path(__file__).parent
 SAMPLES_FILE = "samples.parquet"
 CARD_FILE = "card.json"
-# keys of the generate stage's config that change which samples exist, not what a sample is
+# keys of the generate stage's config that change which samples exist, not what a sample is;
+# `shipped` (the digest of the world a run reads) too, so that the samples a run adds to a world
+# land in the one sample store that `grow` reads, however far the world had grown
 NOT_SAMPLE_KEYS = ("n_samples", "shard_prompts", "keep_censored", "max_prompt_tokens",
-                   "max_length_exclusive", "dense_prompts", "dense_n_samples", "dense_split")
+                   "max_length_exclusive", "dense_prompts", "dense_n_samples", "dense_split",
+                   "shipped")
 
 
 class ShippedWorldError(ValueError):
