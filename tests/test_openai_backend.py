@@ -87,13 +87,13 @@ def test_toy_model_greedy_labels_equal_hf_and_restart_resumes(toy_tiny, toy_tiny
     port = free_port()
     n_shards = -(-N_PROMPTS // SHARD)
     # the server serves the probe, the first shard (SHARD requests) and one more, then dies
-    # mid-shard 2
+    # mid-shard 2; one request at a time, since one call sends every shard's requests
     server = ToyServer(toy_tiny_path, port, "--die-after", str(1 + SHARD + 1))
     out = tmp_path / "shards"
     try:
         with pytest.raises(ServerError, match=f"127.0.0.1:{port}/v1/completions"):
             generate_with(toy_tiny, prompt_table, out,
-                          openai_client(toy_tiny, server.url, max_retries=1))
+                          openai_client(toy_tiny, server.url, max_retries=1, concurrency=1))
         assert server.proc.wait(timeout=30) == 3  # it died (the --die-after exit code)
     finally:
         server.stop()

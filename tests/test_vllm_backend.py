@@ -149,7 +149,8 @@ def test_generator_sends_token_prompts_and_maps_outputs():
                         tensor_parallel_size=2, max_model_len=4096, vllm_module=fake_vllm())
     reqs = [GenRequest((1, 5, 6), (0, 3, s)) for s in range(4)] + [GenRequest((1, 9), (0, 4, 0))]
     done = []
-    results, _ = gen.generate(reqs, SamplingConfig(1.0, 1.0, 3), on_done=done.append)
+    results, _ = gen.generate(reqs, SamplingConfig(1.0, 1.0, 3),
+                              on_done=lambda i, result: done.append((i, result)))
     prompts, params = gen.llm.calls[0]
     assert prompts[0] == {"prompt_token_ids": [1, 5, 6]}  # our rendered ids, no re-templating
     assert [p.seed for p in params] == [request_seed(r.seed) for r in reqs]
@@ -160,7 +161,8 @@ def test_generator_sends_token_prompts_and_maps_outputs():
             assert res.finish_reason == "length" and len(res.output_ids) == 3
         else:
             assert res.finish_reason == "stop" and len(res.output_ids) == n + 1
-    assert sorted(done) == list(range(len(reqs)))
+    assert sorted(i for i, _ in done) == list(range(len(reqs)))
+    assert all(result is results[i] for i, result in done)  # each result as it finished
     assert gen.llm.engine_args == {"model": "/models/m", "tokenizer": "/models/m",
                                    "revision": "abc", "tokenizer_revision": "abc",
                                    "dtype": "bfloat16", "tensor_parallel_size": 2, "seed": 0,
