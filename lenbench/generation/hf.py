@@ -121,7 +121,8 @@ def _sample_candidates(probs: torch.Tensor, u: torch.Tensor, top_p: float,
 ROW_ATTENTION = "lenbench_rows"
 
 
-def _row_attention(module, query, key, value, attention_mask, row_starts=None, **kwargs):
+def _row_attention(module, query, key, value, attention_mask, row_starts=None, row_window=None,
+                   **kwargs):
     """Decode-step attention one row at a time, over that row's own columns only.
 
     The rows of a decode step share one key/value slice from the oldest row's first column, so
@@ -135,7 +136,8 @@ def _row_attention(module, query, key, value, attention_mask, row_starts=None, *
 
     if row_starts is None or query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    window = getattr(module, "sliding_window", None)
+    # the generator's own decision (sliding layers declared), on the layers that slide
+    window = row_window if getattr(module, "sliding_window", None) else None
     width = key.shape[2]
     outs = []
     for i, lo in enumerate(row_starts):
@@ -259,6 +261,10 @@ class HFGenerator(Generator):
         self._cache_arg = cache_kwarg(model)
         self.live_stats = GenStats()  # the current (or last) call's decoder work so far
         _register_row_attention()
+        self._attention_configs = list({id(m.config): m.config for m in model.modules()
+                                        if hasattr(m, "layer_idx") and hasattr(m, "config")
+                                        and hasattr(m.config, "_attn_implementation_internal")
+                                        }.values())
         layer_types = getattr(model.config, "layer_types", None) or []
         # sliding-window layers (Gemma 3) need their own mask: a 4-D mask is used as given
         self.window = getattr(model.config, "sliding_window", None) \
@@ -278,16 +284,19 @@ class HFGenerator(Generator):
             mask = {"full_attention": mask,
                     "sliding_attention": self._mask(allowed & (distance < self.window)[None])}
         kwargs = {self._cache_arg: cache}
-        config = self.model.config
-        usual = config._attn_implementation
-        if row_starts is not None and usual == "sdpa":
-            kwargs["row_starts"] = row_starts
-            config._attn_implementation = ROW_ATTENTION
+        # only the attention layers' own configs switch, and each gets back exactly its value
+        configs = self._attention_configs if row_starts is not None else []
+        usual = [c._attn_implementation_internal for c in configs]
+        if configs and all(u == "sdpa" for u in usual):
+            kwargs.update(row_starts=row_starts, row_window=self.window)
+            for c in configs:
+                c._attn_implementation_internal = ROW_ATTENTION
         try:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                              use_cache=True, logits_to_keep=1, **kwargs)
         finally:
-            config._attn_implementation = usual
+            for c, u in zip(configs, usual):
+                c._attn_implementation_internal = u
         return out.logits[:, -1, :].float()
 
     def _prefill(self, cache: _SlotCache, prompt_ids: tuple[int, ...], slots: list[int]):
