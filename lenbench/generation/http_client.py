@@ -89,11 +89,11 @@ def run_pool(n: int, concurrency: int, name: str, work: Callable[[int], None],
             return
         try:
             work(i)
+            if on_done is not None:  # a failure here (a shard write) stops the pool too
+                on_done(i)
         except BaseException:
             failed.set()
             raise
-        if on_done is not None:
-            on_done(i)
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(concurrency, n)), thread_name_prefix=name)
     try:
