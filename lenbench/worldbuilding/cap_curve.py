@@ -199,7 +199,23 @@ def export(labels: pd.DataFrame, out: Path) -> None:
     table = table.sort_values(["prompt_id", "sample_idx"], kind="stable")
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_parquet(out, index=False, compression="zstd", compression_level=19)
+    _write_card(out, table)
     log.info("cap curve: %d samples in %s", len(table), out)
+
+
+def _write_card(out: Path, table: pd.DataFrame) -> None:
+    """`<file>.json` beside the samples: their checksum and count, and what made them."""
+    from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+    from lenbench.worlds.pack import CPU_FLAGS, LICENSE, PACKAGES
+    from lenbench.worlds.shipped import file_sha256
+
+    card = {"file": out.name, "sha256": file_sha256(out), "bytes": out.stat().st_size,
+            "samples": len(table), "prompts": int(table["prompt_id"].nunique()),
+            "what": "the cap curve's samples: 8 samples on each of the first test prompts, "
+                    "generated with the widest cap (cut at a world's cap, they are its samples)",
+            "cpu": cpu_description(CPU_FLAGS), "packages": package_versions(PACKAGES),
+            "lenbench_commit": lenbench_commit(), "license": LICENSE}
+    out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
