@@ -177,6 +177,17 @@ def _minus(a: GenStats, b: GenStats) -> GenStats:
     return GenStats(**{k: v - getattr(b, k) for k, v in asdict(a).items()})
 
 
+def dense_rows(prompts: pd.DataFrame, fits: list[bool], dense_prompts: int,
+               dense_n_samples: int | None, dense_split: str | None) -> set:
+    """The prompt rows that get `dense_n_samples` samples: the first `dense_prompts` rows, or
+    with `dense_split` the first of that split among those generated at all (`fits`)."""
+    if not dense_n_samples:
+        return set()
+    chosen = (prompts["split"] == dense_split) & pd.Series(fits, prompts.index) \
+        if dense_split else pd.Series(True, prompts.index)
+    return set(prompts.index[chosen][:dense_prompts])
+
+
 def generate_labels(
     prompts: pd.DataFrame,
     model,
@@ -242,10 +253,8 @@ def generate_labels(
                              "`generator_factory`")
         def generator_factory():
             return HFGenerator(model, eos, batch_size=batch_size)
-    # with a split: its first prompts that are generated at all (not over max_prompt_tokens)
-    chosen = (prompts["split"] == dense_split) & ~pd.Series(too_long, prompts.index) \
-        if dense_split else pd.Series(True, prompts.index)
-    dense = set(prompts.index[chosen][:dense_prompts]) if dense_n_samples else set()
+    dense = dense_rows(prompts, [not t for t in too_long], dense_prompts, dense_n_samples,
+                       dense_split)
 
     def samples_of(i: int) -> int:
         return int(dense_n_samples) if i in dense else n_samples

@@ -51,11 +51,11 @@ def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: dict) -> list[t
     """(prompt row, sample index) of every sample the world holds when complete: the generate
     stage's own rule (`n_samples`, and `dense_n_samples` for the first `dense_prompts`
     prompts, of `dense_split` if set), over the prompts within the prompt-token limit."""
-    dense_n, dense_p, split = gen.get("dense_n_samples"), int(gen.get("dense_prompts") or 0), \
-        gen.get("dense_split")
-    chosen = (prompts["split"] == split) & pd.Series(fits, prompts.index) if split else \
-        pd.Series(True, prompts.index)
-    dense = set(prompts.index[chosen][:dense_p]) if dense_n else set()
+    from lenbench.generation.runner import dense_rows
+
+    dense_n = gen.get("dense_n_samples")
+    dense = dense_rows(prompts, fits, int(gen.get("dense_prompts") or 0), dense_n,
+                       gen.get("dense_split"))
     return [(i, s) for i in prompts.index if fits[i]
             for s in range(int(dense_n) if i in dense else int(gen["n_samples"]))]
 
