@@ -11,7 +11,7 @@ the list has no steps beside it. A block with a `value` gives it, with `ci95_low
 its interval. Figures are means over the predictor's seeds, as the leaderboard shows them.
 
 `paired` is the leaderboard's paired difference of two predictors on the same rows: static or
-dynamic MAE (`scoring.comparisons.row_errors`), CRPS (against the sibling reference), the
+dynamic MAE (`scoring.comparisons.paired_rows`), CRPS (against the sibling reference), the
 scheduling score (on the same simulator draws); for any other figure, the plain difference.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from lenbench.leaderboard.table import results_table
 from lenbench.results import Result, load_results
 from lenbench.results.checks import is_number
-from lenbench.scoring.comparisons import row_errors
+from lenbench.scoring.comparisons import paired_rows
 from lenbench.scoring.metrics import paired_difference
 
 SIBLINGS = "noise_floor"  # the reference result that holds the sibling distribution's CRPS
@@ -199,27 +199,27 @@ class Figures:
         return Figure(self.get(world, a, path, step).value - self.get(world, b, path, step).value)
 
     def _paired_rows(self, world: World, a: str, b: str, kind: str) -> Figure:
-        mine = row_errors([r.predictions for r in self.results_of(world, a)], kind)
-        ref = row_errors([r.predictions for r in self.results_of(world, b)], kind)
-        if mine is None or ref is None or not np.array_equal(mine[1], ref[1]) \
-                or not np.array_equal(mine[2], ref[2]):
+        found = paired_rows([r.predictions for r in self.results_of(world, a)],
+                            [r.predictions for r in self.results_of(world, b)], kind)
+        if found is None:
             raise FigureError(f"{a} and {b} in {world} cannot be paired on {kind} errors")
-        both = np.isfinite(mine[0]) & np.isfinite(ref[0])
-        return _paired_figure(paired_difference(mine[0][both], ref[0][both], mine[1][both]))
+        return _paired_figure(found)
 
     def _paired_crps(self, world: World, a: str, b: str) -> Figure:
         def rows(name: str) -> tuple[np.ndarray, np.ndarray]:
             runs = [r.predictions for r in self.results_of(world, name)]
             if any(p is None or p.crps is None or p.prompt_id is None for p in runs):
                 raise FigureError(f"{name} in {world} stores no CRPS per row")
-            crps = np.mean([[np.nan if v is None else v for v in p.crps] for p in runs], axis=0)
+            crps = np.array([[np.nan if v is None else v for v in p.crps] for p in runs],
+                            dtype=np.float64)  # seeds x rows
             return crps, np.asarray(runs[0].prompt_id)
         (mine, ids), (ref, ref_ids) = rows(a), rows(b)
         if b != SIBLINGS or not np.array_equal(ids, ref_ids):
             raise FigureError(f"CRPS pairs against {SIBLINGS} on the same rows, not {b}")
         _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
-        keep = (counts[inverse.reshape(-1)] >= 2) & np.isfinite(mine) & np.isfinite(ref)
-        return _paired_figure(paired_difference(mine[keep], ref[keep], ids[keep]))
+        keep = (counts[inverse.reshape(-1)] >= 2) & np.isfinite(mine).all(axis=0) \
+            & np.isfinite(ref).all(axis=0)
+        return _paired_figure(paired_difference(mine[:, keep], ref[:, keep], ids[keep]))
 
     def _paired_schedule(self, world: World, a: str, b: str) -> Figure:
         from lenbench.sim.score import paired_score_difference

@@ -65,7 +65,8 @@ CAPTION = (
     "quantiles, clipped to the cap (rerun for the exact figure). [brackets]: "
     "bootstrap 95% intervals over prompts, bounds averaged over seeds. Δ CRPS vs siblings: this "
     "predictor's CRPS minus the sibling reference's on the rows both score, with a paired "
-    "bootstrap interval over prompts, **bold** where it excludes 0. *siblings* (ref) is the "
+    "bootstrap interval over prompts and the predictor's seeds, **bold** where it excludes 0. "
+    "*siblings* (ref) is the "
     "empirical distribution of each prompt's other samples (leave-one-out; a censored sibling "
     "at its cut-off), scored on the rows of prompts with at least two samples: with few samples "
     "per prompt it is too narrow and coarse (one sibling is a point mass), so its coverage can "
@@ -129,7 +130,8 @@ def _row_crps(r: Result) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
 def _paired_to_siblings(results: list[Result], siblings: Result | None
                         ) -> dict[str, Any] | None:
     """This predictor's CRPS (averaged over seeds, row by row) minus the siblings' on the same
-    rows, with a paired bootstrap interval over prompts; None when the rows do not match."""
+    rows, with a paired bootstrap interval over prompts and this predictor's seeds; None when
+    the rows do not match."""
     if siblings is None:
         return None
     ref = _row_crps(siblings)
@@ -139,11 +141,11 @@ def _paired_to_siblings(results: list[Result], siblings: Result | None
     for m in mine:
         if not (np.array_equal(m[1], ref[1]) and np.array_equal(m[2], ref[2])):
             return None
-    crps = np.mean([m[0] for m in mine], axis=0)
-    both = np.isfinite(crps) & np.isfinite(ref[0])
+    crps = np.stack([m[0] for m in mine])  # seeds x rows
+    both = np.isfinite(crps).all(axis=0) & np.isfinite(ref[0])
     if not both.any():
         return None
-    return paired_difference(crps[both], ref[0][both], ref[1][both])
+    return paired_difference(crps[:, both], ref[0][both], ref[1][both])
 
 
 def distribution_rows(rows: list[Row]) -> list[DistRow]:

@@ -37,7 +37,8 @@ RANKED_BY = ("static.mae", "dynamic.mae")  # rows rank by the first; the second 
 ROWS_LEGEND = (
     "Δ vs REF: this predictor's MAE minus the "
     "reference predictor's on the same test rows (errors averaged over seeds row by row), with a "
-    "paired bootstrap 95% interval over prompts; **bold** where the interval excludes 0 "
+    "paired bootstrap 95% interval over prompts that also redraws each side's seeds (so it "
+    "covers training variance where there are several); **bold** where the interval excludes 0 "
     "(negative: better than the reference). Rows in *italics* marked (ref) are references, not "
     "predictors: *noise_floor* bounds the irreducible error, the MAE of knowing each prompt's "
     "median length, from an optimistic in-sample estimate (the best single prediction for all "

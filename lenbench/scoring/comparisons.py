@@ -3,8 +3,9 @@
 Unpaired intervals overlap almost everywhere, because most of a predictor's error comes from how
 hard each prompt is, which every predictor shares. The difference of two predictors' errors on the
 same rows cancels that shared part, so its interval (a bootstrap over prompts) says whether one is
-really better. Errors are first averaged over each predictor's seeds, row by row; the interval then
-covers the prompts' sampling, not the seeds' (the table's ± shows those).
+really better. A predictor's figure is its errors averaged over its seeds, row by row; the interval
+is a bootstrap over prompts that also redraws each predictor's seeds in every replicate, so it
+covers training variance as well as the prompts' sampling (`metrics.paired_difference`).
 
 Results can be paired only when they were scored on the same rows: the leaderboard groups them by
 label fingerprint, and these functions also check that the rows' prompt ids and true lengths agree.
@@ -14,7 +15,6 @@ every listed step, so that a column's difference is not a difference of who is s
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -45,10 +45,10 @@ class ScoredRows(Protocol):
     def dynamic_steps(self) -> Mapping[str, Any] | None: ...
 
 
-def row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(mean error over seeds per test row, prompt ids, true lengths), or None when the runs
-    do not record row identities (written before they did) or disagree on the rows.
+def seed_row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(error per seed and test row, seeds x rows; prompt ids; true lengths), or None when the
+    runs do not record row identities (written before they did) or disagree on the rows.
 
     `kind` "static": |L̂ - L| (right-censored rows scored as in the metrics); "dynamic": the
     request's mean remaining-length error (NaN where a request has no scored step).
@@ -71,7 +71,31 @@ def row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
                                    dtype=np.float64))
     if ids is None:
         return None
-    return np.mean(errors, axis=0), np.asarray(ids), true
+    return np.stack(errors), np.asarray(ids), true
+
+
+def row_errors(runs: Sequence[ScoredRows | None], kind: str = "static"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(mean error over seeds per test row, prompt ids, true lengths): `seed_row_errors`
+    averaged over the seeds."""
+    found = seed_row_errors(runs, kind)
+    return None if found is None else (found[0].mean(axis=0), found[1], found[2])
+
+
+def paired_rows(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
+                kind: str = "static", n_boot: int = 1000, ci: float = 0.95
+                ) -> dict[str, Any] | None:
+    """`metrics.paired_difference` of this predictor's errors against the reference's, seed by
+    seed on the rows both score, or None when the two cannot be paired."""
+    mine, ref = seed_row_errors(runs, kind), seed_row_errors(reference, kind)
+    if mine is None or ref is None or len(mine[1]) != len(ref[1]) or \
+            not np.array_equal(mine[1], ref[1]) or not np.array_equal(mine[2], ref[2]):
+        return None
+    both = np.isfinite(mine[0]).all(axis=0) & np.isfinite(ref[0]).all(axis=0)
+    if not both.any():
+        return None
+    return paired_difference(mine[0][:, both], ref[0][:, both], mine[1][both], n_boot=n_boot,
+                             ci=ci)
 
 
 def paired_cell(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
@@ -79,14 +103,9 @@ def paired_cell(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRow
     """"+1.3 [0.4, 2.2]" (this predictor's error, over its runs' scored rows, minus the
     reference's, bold when the interval excludes zero), or a dash when the two cannot be
     paired."""
-    mine, ref = row_errors(runs, kind), row_errors(reference, kind)
-    if mine is None or ref is None or len(mine[1]) != len(ref[1]) or \
-            not np.array_equal(mine[1], ref[1]) or not np.array_equal(mine[2], ref[2]):
+    d = paired_rows(runs, reference, kind, n_boot, ci)
+    if d is None:
         return DASH
-    both = np.isfinite(mine[0]) & np.isfinite(ref[0])
-    if not both.any():
-        return DASH
-    d = paired_difference(mine[0][both], ref[0][both], mine[1][both], n_boot=n_boot, ci=ci)
     mean = f"{d['mean']:+.1f}"
     if d["ci"] is None:
         return mean
@@ -104,9 +123,9 @@ def choose_reference(names: Sequence[str], wanted: str = DEFAULT_REFERENCE) -> s
 
 def step_errors_by_row(runs: Sequence[ScoredRows | None]
                        ) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None:
-    """(rows x listed steps error averaged over seeds, the listed t, prompt ids, true lengths)
-    from the runs' `dynamic_steps`, or None when a run lacks them or the runs disagree on the
-    rows or the steps. An entry is NaN where a run has no scored step there."""
+    """(seeds x rows x listed steps error, the listed t, prompt ids, true lengths) from the
+    runs' `dynamic_steps`, or None when a run lacks them or the runs disagree on the rows or the
+    steps. An entry is NaN where a run has no scored step there."""
     out, ts, ids, true = [], None, None, None
     for p in runs:
         steps = None if p is None else getattr(p, "dynamic_steps", None)
@@ -125,9 +144,7 @@ def step_errors_by_row(runs: Sequence[ScoredRows | None]
         out.append(err)
     if ts is None:
         return None
-    with warnings.catch_warnings():  # a row NaN in every run stays NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(out, axis=0), ts, np.asarray(ids), true
+    return np.stack(out), ts, np.asarray(ids), true
 
 
 def step_population(true: np.ndarray, ts: Sequence[int], *errors: np.ndarray
@@ -150,15 +167,18 @@ def step_population(true: np.ndarray, ts: Sequence[int], *errors: np.ndarray
 def paired_steps(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
                  n_boot: int = 1000, ci: float = 0.95) -> dict[str, Any] | None:
     """This predictor's remaining-length error minus the reference's at each listed t up to T,
-    on one population (`step_population`, the same rows for both and for every t), each with a
-    paired bootstrap interval over prompts (`paired_difference`), and the reference's own error
-    there; None when the two cannot be paired or no population exists."""
+    on one population (`step_population`, the same rows for both and for every t, scored by
+    every seed), each with a paired bootstrap interval over prompts and seeds
+    (`paired_difference`), and the reference's own error there (mean over its seeds); None when
+    the two cannot be paired or no population exists."""
     mine, ref = step_errors_by_row(runs), step_errors_by_row(reference)
     if mine is None or ref is None or mine[1] != ref[1] or \
             not np.array_equal(mine[2], ref[2]) or not np.array_equal(mine[3], ref[3]):
         return None
-    err_a, ts, ids, true = mine
-    err_b = ref[0]
+    seeds_a, ts, ids, true = mine
+    seeds_b = ref[0]
+    # a seed's NaN makes the row's mean NaN, so the population is scored by every seed
+    err_a, err_b = seeds_a.mean(axis=0), seeds_b.mean(axis=0)
     found = step_population(true, ts, err_a, err_b)
     if found is None or not found[1].any():
         return None
@@ -167,7 +187,7 @@ def paired_steps(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRo
     for j, t in enumerate(ts):
         if t > t_max:
             break
-        cells.append(paired_difference(err_a[rows, j], err_b[rows, j], ids[rows],
+        cells.append(paired_difference(seeds_a[:, rows, j], seeds_b[:, rows, j], ids[rows],
                                        n_boot=n_boot, ci=ci))
         ref_mae.append(float(err_b[rows, j].mean()))
     return {"t": [t for t in ts if t <= t_max], "t_max": int(t_max), "rows": rows,

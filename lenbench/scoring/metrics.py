@@ -42,6 +42,7 @@ __all__ = [
     "dynamic_metrics",
     "observed_step_grid",
     "paired_difference",
+    "seeded_bootstrap_ci",
     "request_errors",
     "static_metrics",
 ]
@@ -351,19 +352,70 @@ def _rows_by_group(gid: np.ndarray) -> list[np.ndarray]:
 
 def paired_difference(err_a: np.ndarray, err_b: np.ndarray, groups: np.ndarray,
                       n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
-    """Mean of ``err_a - err_b`` over the same rows, with a bootstrap interval over prompts.
+    """Mean of ``err_a - err_b`` over the same rows, with a bootstrap interval over prompts and,
+    where a side has several seeds, over its seeds too.
 
     Two predictors scored on the same prompts share the prompts' difficulty, so the interval of
-    their difference is much narrower than the two unpaired intervals suggest.
-    ``excludes_zero`` says whether the interval lies on one side of 0.
+    their difference is much narrower than the two unpaired intervals suggest. ``err_a`` and
+    ``err_b`` are one error per row, or one row of errors per seed (seeds x rows): then the mean
+    is taken over each side's seeds first, and each replicate also redraws each side's seeds
+    with replacement, so that a difference smaller than training variance is not called
+    significant (`seeded_bootstrap_ci`). With one seed a side the interval is the prompt
+    bootstrap alone. ``excludes_zero`` says whether the interval lies on one side of 0.
     """
-    diff = np.asarray(err_a, dtype=np.float64).reshape(-1) - \
-        np.asarray(err_b, dtype=np.float64).reshape(-1)
+    a = np.atleast_2d(np.asarray(err_a, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(err_b, dtype=np.float64))
+    if a.ndim > 2 or b.ndim > 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"paired_difference: errors of shape {np.shape(err_a)} and "
+                         f"{np.shape(err_b)} do not cover the same rows")
+    diff = a.mean(axis=0) - b.mean(axis=0)
     gid = _group_ids(groups, diff.size, "paired_difference")
-    interval = bootstrap_ratio_ci(np.bincount(gid, weights=diff),
-                                  np.bincount(gid).astype(np.float64), n_boot, seed, ci)
+    count = np.bincount(gid).astype(np.float64)
+    if a.shape[0] == 1 and b.shape[0] == 1:
+        interval = bootstrap_ratio_ci(np.bincount(gid, weights=diff), count, n_boot, seed, ci)
+    else:
+        interval = seeded_bootstrap_ci(_cluster_totals(a, gid), _cluster_totals(b, gid), count,
+                                       n_boot, seed, ci)
     return {"mean": float(diff.mean()), "ci": interval, "n": int(diff.size),
             "excludes_zero": bool(interval is not None and (interval[0] > 0 or interval[1] < 0))}
+
+
+def _cluster_totals(errors: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Seeds x clusters: each seed's summed error over each prompt's rows."""
+    return np.stack([np.bincount(gid, weights=row, minlength=int(gid.max()) + 1)
+                     for row in errors])
+
+
+def seeded_bootstrap_ci(tot_a: np.ndarray, tot_b: np.ndarray, count: np.ndarray,
+                        n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+                        ) -> list[float] | None:
+    """Percentile interval of (mean over A's seeds - mean over B's seeds) of the per-row error,
+    when whole prompts are resampled with replacement and, in the same replicate, each side's
+    seeds are resampled with replacement too (a two-level bootstrap: prompts, then seeds).
+
+    ``tot_a`` (seeds x clusters) holds each seed's summed error per prompt, ``count`` each
+    prompt's rows. The prompt draws come from the same random stream as `bootstrap_ratio_ci`'s,
+    the seed draws from a stream of their own.
+    """
+    n_groups = count.shape[0]
+    if n_boot <= 0 or n_groups == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    seed_rng = np.random.default_rng([seed, 1])
+    reps = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, _BOOT_BLOCK):
+        stop = min(start + _BOOT_BLOCK, n_boot)
+        idx = rng.integers(0, n_groups, size=(stop - start, n_groups))
+        den = count[idx].sum(axis=1)
+        side = []
+        for tot in (tot_a, tot_b):
+            per_seed = tot[:, idx].sum(axis=2).T  # replicates x seeds
+            drawn = seed_rng.integers(0, tot.shape[0], size=per_seed.shape)
+            side.append(np.take_along_axis(per_seed, drawn, axis=1).mean(axis=1))
+        reps[start:stop] = (side[0] - side[1]) / den
+    alpha = (1.0 - ci) / 2.0
+    low, high = np.quantile(reps, [alpha, 1.0 - alpha])
+    return [float(low), float(high)]
 
 
 def request_errors(step_row: np.ndarray, step_t: np.ndarray, lengths: np.ndarray,
