@@ -150,22 +150,33 @@ class Outlets(Predictor):
         # one pass of the target serves both phases (sd_only's head phase reads its features),
         # and, kept under the harness's cache folder, every variant fitted on these rows
         home = CacheHome.of(train.target)
-        cache, cache_record = open_target_cache(target, seqs, self.train_cfg, t2d,
-                                                uses_sd(self.draft, self.train_cfg), home)
+        teacher = uses_sd(self.draft, self.train_cfg)
+        cache, cache_record = open_target_cache(target, seqs, self.train_cfg, t2d, teacher, home)
+        # early stopping (train.patience) watches the objective on the validation rows, whose
+        # target pass is cached (and shared) like the training rows'
+        watches = max(self.train_cfg.patience, (self.head_cfg or self.train_cfg).patience) > 0
+        val_seqs = _sequences(val) if watches and val is not None and len(val) else None
+        val_cache = None
         try:
+            if val_seqs:
+                val_cache, _ = open_target_cache(target, val_seqs, self.train_cfg, t2d, teacher,
+                                                 home)
             history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg,
                                                self.seed, description=f"{self.variant} train",
                                                progress=self.progress, cache=cache,
-                                               home=home)}
+                                               home=home, val_seqs=val_seqs,
+                                               val_cache=val_cache)}
             if self.head_cfg is not None:  # sd_only: the head learns on the frozen backbone
                 history["length_head"] = train_draft(self.draft, target, seqs, self.head_cfg,
                                                      self.seed, train_backbone=False,
                                                      description="sd_only head",
                                                      progress=self.progress, cache=cache,
-                                                     home=home)
+                                                     home=home, val_seqs=val_seqs,
+                                                     val_cache=val_cache)
         finally:
-            if cache is not None:
-                cache.close()
+            for opened in (cache, val_cache):
+                if opened is not None:
+                    opened.close()
         self._report = {
             "variant": self.variant, "draft_config": self.draft.cfg.to_dict(),
             "train_config": self.train_cfg.to_dict(),

@@ -46,6 +46,9 @@ class TrainConfig:
     # EAGLE's loss_mask[t+k] (the token two places before the predicted one is a response token)
     amp: str = "auto"  # auto: bf16 autocast on CUDA with bf16 support; off: fp32
     max_steps: int | None = None  # stop early (quick runs)
+    patience: int = 0  # > 0: after each epoch score the objective on the validation rows, stop
+    # when it has not improved for this many epochs and keep the best epoch's weights (epochs is
+    # then the budget); 0: train all epochs
     target_cache: str = "auto"  # on: run the target once and train every epoch from a disk
     # cache; off: run it on every batch (targets too large to cache); auto: on when the cache's
     # estimated size is within target_cache_max_bytes
@@ -56,6 +59,9 @@ class TrainConfig:
             raise ValueError(f"outlets.train.sd_mask={self.sd_mask!r}; use 'predicted' or 'eagle'")
         if isinstance(self.target_cache, bool):  # YAML reads a bare on / off as a boolean
             object.__setattr__(self, "target_cache", "on" if self.target_cache else "off")
+        if self.patience < 0:
+            raise ValueError(f"outlets.train.patience={self.patience}; use 0 (train every "
+                             "epoch) or a positive number of epochs")
         if self.target_cache not in ("auto", "on", "off"):
             raise ValueError(f"outlets.train.target_cache={self.target_cache!r}; "
                              "use 'auto', 'on' or 'off'")

@@ -94,14 +94,62 @@ def lr_lambda(warmup: int, total: int):
     return f
 
 
+@torch.no_grad()
+def validation_loss(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig,
+                    train_backbone: bool = True, cache: TargetCache | None = None) -> float:
+    """The training objective on held-out rows, token-weighted over batches: what early stopping
+    watches (`TrainConfig.patience`)."""
+    device = next(target_model.parameters()).device
+    use_sd = uses_sd(draft, cfg)
+    was_training = draft.training
+    draft.eval()
+    total = weight = 0.0
+    for index in make_batches(seqs, cfg.batch_tokens, cfg.max_len):
+        batch = collate(seqs, index, cfg.max_len, device)
+        inputs = cache.inputs(index, batch, use_sd) if cache is not None else None
+        with autocast(device, cfg.amp):
+            loss, _ = batch_loss(draft, target_model, batch, cfg, train_backbone, inputs)
+        tokens = float(batch.valid.sum())
+        total, weight = total + float(loss) * tokens, weight + tokens
+    draft.train(was_training)
+    return total / max(weight, 1.0)
+
+
+class _EarlyStop:
+    """Keeps the weights of the epoch with the lowest validation loss and says when `patience`
+    epochs have passed without a better one."""
+
+    def __init__(self, draft: DraftModel, patience: int):
+        self.draft, self.patience = draft, patience
+        self.best_loss, self.best_epoch, self.best = math.inf, -1, None
+
+    def update(self, epoch: int, loss: float) -> bool:
+        """Record an epoch's validation loss; True when training should stop."""
+        if loss < self.best_loss:
+            self.best_loss, self.best_epoch = loss, epoch
+            self.best = {n: p.detach().clone() for n, p in self.draft.named_parameters()
+                         if p.requires_grad}
+        return epoch - self.best_epoch >= self.patience
+
+    def restore(self) -> None:
+        if self.best is not None:
+            params = dict(self.draft.named_parameters())
+            with torch.no_grad():
+                for name, value in self.best.items():
+                    params[name].copy_(value)
+
+
 def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig,
                 seed: int = 0, train_backbone: bool = True, description: str = "outlets",
                 progress: bool = True, cache: TargetCache | None = None,
-                home: CacheHome | None = None) -> dict:
+                home: CacheHome | None = None, val_seqs: list[Sequence] | None = None,
+                val_cache: TargetCache | None = None) -> dict:
     """Fit the draft (or only its length head when train_backbone is False); return history.
     `cache`: a TargetCache over seqs to train from (shared between phases; the caller closes
     it); without one that serves this run, cfg.target_cache decides (shared under `home` when
-    given) and this call owns it."""
+    given) and this call owns it. With `cfg.patience` and `val_seqs` (and their `val_cache`,
+    else the target runs on them each epoch), training stops once the validation objective has
+    not improved for `patience` epochs and keeps the best epoch's weights."""
     device = next(target_model.parameters()).device
     use_sd = uses_sd(draft, cfg)
     own = cache is None or not cache.serves(len(seqs), cfg.max_len, use_sd)
@@ -121,6 +169,8 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(min(cfg.warmup_steps, total), total))
     rng = np.random.default_rng(seed)
     history, step = [], 0
+    watch = _EarlyStop(draft, cfg.patience) if cfg.patience > 0 and val_seqs else None
+    stopped = "budget"
     with Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
                   disable=not progress) as bar, \
@@ -153,14 +203,33 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
             history.append({"epoch": epoch, "steps": epoch_steps,
                             "seconds": round(time.perf_counter() - started, 3),
                             **{k: v / max(epoch_steps, 1) for k, v in sums.items()}})
+            if watch is not None:
+                history[-1]["val_loss"] = validation_loss(draft, target_model, val_seqs, cfg,
+                                                          train_backbone, val_cache)
             log.info("%s epoch %d: %s", description, epoch, ", ".join(
                 f"{k} {v:.4f}" for k, v in history[-1].items()
                 if k not in ("epoch", "steps", "seconds")))
+            if watch is not None and watch.update(epoch, history[-1]["val_loss"]):
+                stopped = "converged"
+                break
             if step >= total:
                 break
+        if watch is not None:
+            watch.restore()
     draft.eval()
-    return {"steps": step, "batches_per_epoch": len(batches), "history": history,
-            "target_cache": cache_record}
+    out = {"steps": step, "batches_per_epoch": len(batches), "history": history,
+           "target_cache": cache_record, "epochs_run": len(history),
+           "budget": {"epochs": cfg.epochs, "max_steps": cfg.max_steps,
+                      "steps": total}, "stopped": stopped}
+    if watch is not None:
+        out["validation"] = {"patience": cfg.patience, "rows": len(val_seqs),
+                             "best_epoch": watch.best_epoch, "best_loss": watch.best_loss}
+        log.info("%s: %s after %d epochs; best validation loss %.4f at epoch %d", description,
+                 stopped, len(history), watch.best_loss, watch.best_epoch)
+    elif cfg.patience > 0:
+        log.warning("%s: train.patience=%d but no validation rows: trained the whole budget",
+                    description, cfg.patience)
+    return out
 
 
 @torch.no_grad()
