@@ -45,10 +45,20 @@ def transfer_dataset(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if node is None else dict(node)
 
 
+# the world's denser sampling of some prompts serves its noise floor and sibling distributions;
+# the transfer set is scored on every prompt alike, so it takes `n_samples` everywhere
+WORLD_ONLY_GENERATION = {"dense_prompts": None, "dense_n_samples": None, "dense_split": None}
+
+
 def transfer_run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The run config with the transfer set in place of the world's dataset: what its stages
-    are built from (same model, generation and features settings, so the same stage code)."""
-    return {**cfg, "dataset": transfer_dataset(cfg), FIELD: None}
+    are built from (same model, sampling and features settings, so the same stage code; no
+    dense prompts, `WORLD_ONLY_GENERATION`)."""
+    out = {**cfg, "dataset": transfer_dataset(cfg), FIELD: None}
+    generation = cfg.get("generation")
+    if isinstance(generation, Mapping) and any(generation.get(k) for k in WORLD_ONLY_GENERATION):
+        out["generation"] = {**generation, **WORLD_ONLY_GENERATION}
+    return out
 
 
 def _renamed(line: str) -> str:

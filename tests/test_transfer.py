@@ -311,3 +311,20 @@ def test_smoke_world_predictors_are_scored_on_a_second_prompt_set(session_cache,
     board = (tmp_path / "lb" / "README.md").read_text()
     assert "### Transfer: trained on toyworld, scored on lists" in board
     assert f"labels `{t['scored_on']['key']}`" in board
+
+
+def test_the_transfer_set_takes_no_dense_prompts():
+    """A world's dense prompts (more samples for its noise floor) are the world's own: the
+    transfer set is sampled with n_samples on every prompt, with the same sampling settings."""
+    from lenbench.transfer import transfer_run_config
+
+    gen = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 1024, "n_samples": 2,
+           "dense_prompts": 200, "dense_n_samples": 8, "dense_split": "test"}
+    cfg = {"dataset": {"name": "home"}, "transfer": {"name": "away"}, "generation": gen}
+    run = transfer_run_config(cfg)
+    assert run["dataset"] == {"name": "away"} and run["transfer"] is None
+    assert run["generation"] == {**gen, "dense_prompts": None, "dense_n_samples": None,
+                                 "dense_split": None}
+    assert cfg["generation"]["dense_prompts"] == 200  # the world's own config is untouched
+    plain = {**cfg, "generation": {"n_samples": 2, "dense_prompts": None}}
+    assert transfer_run_config(plain)["generation"] is plain["generation"]
