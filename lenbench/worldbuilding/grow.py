@@ -12,6 +12,12 @@ rest; when nothing is missing the card says `complete` and records the labels' f
     # with the cap curve's samples (made at a wider cap) cut at the world's cap:
     python -m lenbench.worldbuilding.grow --out lenbench/worlds/smollm2_sharegpt_v2 \\
         --curve 200,8,1536
+    # the experiment's transfer set (dataset@transfer), answered with the same settings, into
+    # chunks of its own (`samples-transfer-NNN.parquet`) and the card's `transfer` block:
+    python -m lenbench.worldbuilding.grow --out lenbench/worlds/smollm2_sharegpt_v2 --transfer
+
+A shipped world is looked up by prompt id, so one folder serves both the world's prompts and its
+transfer set's: a run of the experiment generates neither.
 
 A sample's tokens depend only on its prompt, its seed and the sampling settings, not on the cap
 beyond its own length: a sample generated with a wider cap, cut at the world's cap (marked
@@ -60,16 +66,34 @@ def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: dict) -> list[t
             for s in range(int(dense_n) if i in dense else int(gen["n_samples"]))]
 
 
+TRANSFER_PREFIX = "samples-transfer-"  # chunk files of the experiment's transfer set
+
+
+def is_transfer_file(file: str) -> bool:
+    return file.startswith(TRANSFER_PREFIX)
+
+
 def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | None = None,
-         description: str = "", overrides: list[str] | None = None) -> dict:
-    """Add the samples the world wants and lacks (from the store, or the curve) as a chunk."""
+         description: str = "", overrides: list[str] | None = None,
+         transfer: bool = False) -> dict:
+    """Add the samples the world wants and lacks (from the store, or the curve) as a chunk;
+    with `transfer`, those of the experiment's transfer set instead."""
     from lenbench.models.chat import render_prompt
     from lenbench.models.loading import resolve_dtype, resolve_model
     from lenbench.pipeline import _promptset_stage, generation_stage_config
+    from lenbench.transfer import transfer_dataset, transfer_run_config
     from lenbench.worldbuilding.cap_curve import compose
     from lenbench.worlds.shipped import sample_key
 
     cfg = compose(experiment, overrides)
+    if transfer:
+        if transfer_dataset(cfg) is None:
+            raise SystemExit(f"grow --transfer: experiment={experiment} names no transfer set "
+                             "(dataset@transfer)")
+        if curve:
+            raise SystemExit("grow: --curve holds the world's own prompts, not the transfer "
+                             "set's; grow them in two calls")
+        cfg = transfer_run_config(cfg)
     cache = Path(cfg["paths"]["cache_dir"])
     cfg["model"]["dtype"] = resolve_dtype(cfg["model"].get("dtype"), "cpu")
     model_path, model_key = resolve_model(cfg["model"], cache)
@@ -93,6 +117,8 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
     if card is not None and card["sample_key"] != json.loads(json.dumps(key, default=str)):
         raise SystemExit(f"grow: {out} was built with sample key {card['sample_key']}, this "
                          f"experiment's is {key}; grow another folder")
+    # a sample shipped in any chunk is shipped (a transfer prompt may also be a world prompt)
+    mine = [f for f in sample_files(card or {}) if is_transfer_file(f) == transfer]
     have = set()
     for f in sample_files(card or {}):
         part = pd.read_parquet(out / f, columns=["prompt_id", "sample_idx"])
@@ -103,11 +129,10 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
     new = [(i, s) for i, s in wanted if (prompts.at[i, "prompt_id"], s) not in have
            and (hit := known.get((prompts.at[i, "prompt_id"], s))) is not None
            and hit.prompt_sha == sha_of[i]]
-    n_chunks = len(sample_files(card or {}))
     files = dict((card or {}).get("files", {}))
     builds = list((card or {}).get("chunks", []))
     if new:
-        chunk = f"samples-{n_chunks:03d}.parquet"
+        chunk = f"{TRANSFER_PREFIX if transfer else 'samples-'}{len(mine):03d}.parquet"
         rows = _rows(prompts, new, known, sha_of)
         rows.to_parquet(out / chunk, index=False, compression="zstd", compression_level=19)
         files[chunk] = {"sha256": file_sha256(out / chunk), "bytes": (out / chunk).stat().st_size}
@@ -118,8 +143,15 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
     # counted over the wanted samples: a chunk may hold samples a later config no longer wants
     shipped_ids = have | {(prompts.at[i, "prompt_id"], s) for i, s in new}
     present = sum((prompts.at[i, "prompt_id"], s) in shipped_ids for i, s in wanted)
-    card = _card(name, description or (card or {}).get("description", ""), cfg, key, ps_card,
-                 prompts, wanted, present, files, builds, out, experiment)
+    if transfer:
+        if card is None:
+            raise SystemExit(f"grow --transfer: {out} holds no world yet; grow the world first")
+        card = {**card, "files": files, "chunks": builds,
+                "transfer": _transfer_block(cfg, ps_card, prompts, wanted, present, files, out)}
+    else:
+        card = _card(name, description or (card or {}).get("description", ""), cfg, key,
+                     ps_card, prompts, wanted, present, files, builds, out, experiment,
+                     (card or {}).get("transfer"))
     atomic_write_bytes(card_path, (json.dumps(card, indent=2, default=str) + "\n").encode())
     log.info("grow: %s: %d new samples; %d of %d wanted samples shipped (%.1f%%)", out, len(new),
              present, len(wanted), 100 * present / max(len(wanted), 1))
@@ -187,23 +219,56 @@ def complete_fingerprint(shipped: pd.DataFrame, wanted_ids: list[tuple[str, int]
     return labels_fingerprint(rows)
 
 
-def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
-          out: Path, experiment: str) -> dict:
+def _shipped_rows(files: dict, out: Path, transfer: bool | None = None) -> pd.DataFrame:
+    """The rows of the world's chunks (transfer False), the transfer set's (True), or all."""
     columns = ["prompt_id", "sample_idx", "split", "L", "finish_reason"]
-    parts = [pd.read_parquet(out / f, columns=columns) for f in sorted(files)]
-    shipped = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    parts = [pd.read_parquet(out / f, columns=columns) for f in sorted(files)
+             if f.startswith("samples") and transfer in (None, is_transfer_file(f))]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def _dataset_block(cfg: dict, ps_card: dict, prompts: pd.DataFrame, wanted) -> dict:
+    wanted_prompts = {prompts.at[i, "prompt_id"] for i, _ in wanted}
+    return {"source_package": {k: v for k, v in (ps_card.get("source") or {}).items()
+                               if k != "path"},  # no path of the building machine
+            "settings": {k: cfg["dataset"].get(k) for k in
+                         ("name", "turns", "min_words", "max_words", "limit", "split",
+                          "split_salt")},
+            "n_prompts": len(wanted_prompts),
+            "prompts_per_split": prompts[prompts["prompt_id"].isin(wanted_prompts)]
+            .groupby("split").size().to_dict()}
+
+
+def _stats(shipped: pd.DataFrame) -> dict:
+    return {"samples": len(shipped),
+            "censored_share": float((shipped["finish_reason"] == "length").mean())
+            if len(shipped) else None,
+            "mean_L": float(shipped["L"].mean()) if len(shipped) else None,
+            "prompts": int(shipped["prompt_id"].nunique())}
+
+
+def _transfer_block(cfg, ps_card, prompts, wanted, present, files, out: Path) -> dict:
+    """The card's account of the transfer set: its prompts, how far it has grown, and its
+    labels' fingerprint once complete."""
+    complete = present >= len(wanted)
+    return {"dataset": _dataset_block(cfg, ps_card, prompts, wanted),
+            "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
+                         "complete": complete},
+            "stats": _stats(_shipped_rows(files, out, transfer=True)),
+            "labels_fingerprint": complete_fingerprint(
+                _shipped_rows(files, out), [(prompts.at[i, "prompt_id"], s) for i, s in wanted],
+                cfg["generation"]) if complete else None}
+
+
+def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
+          out: Path, experiment: str, transfer: dict | None = None) -> dict:
+    shipped = _shipped_rows(files, out, transfer=False)
+    every = _shipped_rows(files, out)
     gen = cfg["generation"]
     complete = present >= len(wanted)
-    wanted_prompts = {prompts.at[i, "prompt_id"] for i, _ in wanted}
-    return {
+    card = {
         "name": name, "version": 2, "description": description,
-        "dataset": {"source_package": {k: v for k, v in (ps_card.get("source") or {}).items()
-                                       if k != "path"},  # no path of the building machine
-                    "settings": {k: cfg["dataset"].get(k) for k in
-                                 ("name", "turns", "max_words", "limit", "split", "split_salt")},
-                    "n_prompts": len(wanted_prompts),
-                    "prompts_per_split": prompts[prompts["prompt_id"].isin(wanted_prompts)]
-                    .groupby("split").size().to_dict()},
+        "dataset": _dataset_block(cfg, ps_card, prompts, wanted),
         "generation": {k: gen.get(k) for k in (
             "temperature", "top_p", "max_new_tokens", "seed", "n_samples", "dense_prompts",
             "dense_n_samples", "dense_split", "keep_censored", "max_prompt_tokens", "backend")},
@@ -211,18 +276,17 @@ def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files,
         "sample_key": key,
         "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
                      "complete": complete},
-        "stats": {"samples": len(shipped),
-                  "censored_share": float((shipped["finish_reason"] == "length").mean())
-                  if len(shipped) else None,
-                  "mean_L": float(shipped["L"].mean()) if len(shipped) else None,
-                  "prompts": int(shipped["prompt_id"].nunique())},
+        "stats": _stats(shipped),
         "files": files, "chunks": builds,
         "labels_fingerprint": complete_fingerprint(  # None while the world grows
-            shipped, [(prompts.at[i, "prompt_id"], s) for i, s in wanted], gen)
+            every, [(prompts.at[i, "prompt_id"], s) for i, s in wanted], gen)
         if complete else None,
         "license": LICENSE,
         "rebuild": f"lenbench experiment={experiment} generation.regenerate=true",
     }
+    if transfer is not None:
+        card["transfer"] = transfer
+    return card
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,14 +296,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default=None, help="default: the folder's name")
     ap.add_argument("--curve", default=None, metavar="PROMPTS,SAMPLES,CAP",
                     help="also take the cap curve's samples (e.g. 200,8,1536), cut at the cap")
+    ap.add_argument("--transfer", action="store_true",
+                    help="grow the experiment's transfer set (dataset@transfer) instead")
     ap.add_argument("--description", default="")
     ap.add_argument("overrides", nargs="*", help="config overrides, as on the lenbench CLI")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     curve = tuple(int(x) for x in args.curve.split(",")) if args.curve else None
     card = grow(args.experiment, args.out, args.name or args.out.name, curve,
-                args.description, args.overrides)
-    p = card["progress"]
+                args.description, args.overrides, args.transfer)
+    p = card["transfer"]["progress"] if args.transfer else card["progress"]
     print(f"{args.out}: {p['shipped_samples']} of {p['wanted_samples']} samples"
           f"{' (complete)' if p['complete'] else ''}; files: {', '.join(card['files'])}")
 
