@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-import pandas as pd
 import pytest
 import torch
-from helpers.worlds import draft_for, tiny_world
+from helpers.worlds import draft_for, tiny_views, tiny_world
 
 import lenbench.outlets.train as train_mod
 from baselines.outlets import Outlets
-from lenbench import TargetModel
-from lenbench.contract.features import FeatureStore
-from lenbench.contract.views import SplitView
-from lenbench.features.extract import FeatureConfig, extract_features
 from lenbench.outlets.batches import TrainConfig
 
 SMALL = {"ttt_length": 3, "max_len": 12, "batch_tokens": 64, "warmup_steps": 1, "lr": 3e-3}
@@ -91,21 +85,8 @@ def test_the_predictor_watches_its_validation_split(tmp_path) -> None:
     """Outlets.fit passes the harness's val split: each phase's record names its rows, and
     sd_only's head phase watches them too."""
     torch.set_num_threads(1)
-    target, seqs = tiny_world(n=30)
-    labels = pd.DataFrame({
-        "prompt_id": [f"p{i}" for i in range(len(seqs))], "sample_idx": 0, "family": "",
-        "split": (["train", "val", "test"] * len(seqs))[: len(seqs)],
-        "text": [f"p{i}" for i in range(len(seqs))],
-        "prompt_token_ids": [s.ids[: s.n].tolist() for s in seqs],
-        "output_token_ids": [s.ids[s.n:].tolist() for s in seqs], "L": [s.L for s in seqs]})
-    (tmp_path / "features").mkdir()
-    extract_features(labels, target, tmp_path / "features",
-                     FeatureConfig(roles=("mid",), poolings=("last",), step_roles=("mid",)),
-                     progress=False)
-    handle = TargetModel(target, None, key="tiny", cache_dir=str(tmp_path / "cache"))
-    split = labels["split"].to_numpy()
-    train, val = (SplitView(s, labels, np.flatnonzero(split == s),
-                            FeatureStore(tmp_path / "features"), handle) for s in ("train", "val"))
+    views = tiny_views(tmp_path, pattern=("train", "val", "test"))
+    train, val = views["train"], views["val"]
     pred = Outlets(variant="sd_only", draft_vocab_size=48, progress=False,
                    train={**SMALL, "epochs": 3, "patience": 1})
     pred.fit(train, val)

@@ -11,19 +11,14 @@ import logging
 import re
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import torch
 from helpers.models import tiny_llama
-from helpers.worlds import draft_for, tiny_world
+from helpers.worlds import draft_for, tiny_views, tiny_world
 
 import lenbench.outlets.train as train_mod
 from baselines.outlets import Outlets
-from lenbench import TargetModel
-from lenbench.contract.features import FeatureStore
 from lenbench.contract.views import SplitView
-from lenbench.features.extract import FeatureConfig, extract_features
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.target_cache import (
     STAGE,
@@ -40,24 +35,8 @@ SMALL = {"ttt_length": 3, "max_len": 12, "batch_tokens": 64, "warmup_steps": 1}
 
 
 def world(folder: Path, key: str = "tiny-target") -> tuple[SplitView, SplitView]:
-    """Train and test views over tiny_world's sequences, the target handed over as the harness
-    hands it: with its key and a cache folder."""
-    target, seqs = tiny_world(n=30)
-    labels = pd.DataFrame({
-        "prompt_id": [f"p{i}" for i in range(len(seqs))], "sample_idx": 0, "family": "",
-        "split": (["train", "train", "test"] * len(seqs))[: len(seqs)],
-        "text": [f"p{i}" for i in range(len(seqs))],
-        "prompt_token_ids": [s.ids[: s.n].tolist() for s in seqs],
-        "output_token_ids": [s.ids[s.n:].tolist() for s in seqs], "L": [s.L for s in seqs]})
-    (folder / "features").mkdir(parents=True)
-    extract_features(labels, target, folder / "features",
-                     FeatureConfig(roles=("mid",), poolings=("last",), step_roles=("mid",)),
-                     progress=False)
-    handle = TargetModel(target, None, key=key, cache_dir=str(folder / "cache"))
-    split = labels["split"].to_numpy()
-    train, test = (SplitView(s, labels, np.flatnonzero(split == s),
-                             FeatureStore(folder / "features"), handle) for s in ("train", "test"))
-    return train, test
+    views = tiny_views(folder, key=key)
+    return views["train"], views["test"]
 
 
 def fit(train: SplitView, variant: str = "outlets", seed: int = 0, **settings) -> Outlets:

@@ -3,7 +3,8 @@
 - `synthetic_world` / `views` / `run_predictor`: a feature store where L follows the prompt state,
   and one predictor through `lenbench` on the session's toy world (EGTP, PLP, BERT, OPT tests);
 - `synthetic`: prompts whose length is set by one task word (tfidf_ridge, BERT, OPT tests);
-- `tiny_world` / `draft_for`: a random tiny target with sequences, and an OUTLETS draft for it;
+- `tiny_world` / `draft_for` / `tiny_views`: a random tiny target with sequences, an OUTLETS draft
+  for it, and split views over them;
 - `make_world` / `TrainQuantiles` / `CFG`: an in-process World and a distributional predictor for
   evaluate_predictor.
 """
@@ -123,6 +124,30 @@ def tiny_world(n: int = 24, seed: int = 0):
         p, r = int(rng.integers(3, 8)), int(rng.integers(2, 12))
         seqs.append(Sequence(rng.integers(1, V, p + r).astype(np.int64), p, r))
     return target, seqs
+
+
+def tiny_views(folder: Path, pattern: tuple[str, ...] = ("train", "train", "test"),
+               key: str = "tiny-target", n: int = 30) -> dict[str, SplitView]:
+    """Split views over tiny_world's sequences (rows take the splits of `pattern` in turn), the
+    target handed over as the harness hands it: with its key and a cache folder."""
+    from lenbench import TargetModel
+    from lenbench.features.extract import FeatureConfig, extract_features
+
+    target, seqs = tiny_world(n=n)
+    labels = pd.DataFrame({
+        "prompt_id": [f"p{i}" for i in range(len(seqs))], "sample_idx": 0, "family": "",
+        "split": (list(pattern) * len(seqs))[: len(seqs)],
+        "text": [f"p{i}" for i in range(len(seqs))],
+        "prompt_token_ids": [s.ids[: s.n].tolist() for s in seqs],
+        "output_token_ids": [s.ids[s.n:].tolist() for s in seqs], "L": [s.L for s in seqs]})
+    (folder / "features").mkdir(parents=True)
+    extract_features(labels, target, folder / "features",
+                     FeatureConfig(roles=("mid",), poolings=("last",), step_roles=("mid",)),
+                     progress=False)
+    handle = TargetModel(target, None, key=key, cache_dir=str(folder / "cache"))
+    split = labels["split"].to_numpy()
+    return {s: SplitView(s, labels, np.flatnonzero(split == s), FeatureStore(folder / "features"),
+                         handle) for s in dict.fromkeys(pattern)}
 
 
 def draft_for(target, seqs, **choices) -> DraftModel:
