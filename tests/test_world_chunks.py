@@ -97,6 +97,24 @@ def test_eos_share_within_each_cap():
         assert s["ci95"][0] <= s["eos_share"] <= s["ci95"][1]
 
 
+def test_the_loop_check_tells_a_loop_from_a_long_answer():
+    from lenbench.worldbuilding.cap_curve import distinct_ngram_share, loop_check
+
+    rng = np.random.default_rng(0)
+    loop = [7, 8, 9, 10] * 100  # the same 4 tokens over and over
+    prose = rng.integers(0, 5000, 400).tolist()
+    assert distinct_ngram_share(loop, n=8, tail=256) < 0.05
+    assert distinct_ngram_share(prose, n=8, tail=256) == 1.0
+    assert distinct_ngram_share([1, 2, 3], n=8) == 1.0  # too short to repeat
+    labels = pd.DataFrame({"output_token_ids": [loop, loop, prose, prose, prose[:100]],
+                           "L": [400, 400, 400, 400, 100],
+                           "finish_reason": ["length", "length", "length", "stop", "stop"]})
+    check = loop_check(labels, n=8, tail=256)
+    assert (check["cut"], check["long_ended"]) == (3, 1)  # the 100-token answer is too short
+    assert check["cut_looping_share"] == 2 / 3
+    assert check["long_ended_quartiles"] == [1.0, 1.0, 1.0]
+
+
 class _CharTokenizer:
     def __call__(self, text: str) -> dict:
         return {"input_ids": [ord(c) for c in text]}

@@ -130,6 +130,32 @@ def eos_shares(labels: pd.DataFrame, caps=CAPS, n_boot: int = 1000, seed: int = 
     return out
 
 
+def distinct_ngram_share(ids, n: int = 8, tail: int = 256) -> float:
+    """The share of distinct n-grams among the last `tail` tokens: near 0 for an answer that
+    repeats itself, near 1 for one that does not."""
+    ids = [int(t) for t in list(ids)[-tail:]]
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def loop_check(labels: pd.DataFrame, n: int = 8, tail: int = 256, loop_below: float = 0.5
+               ) -> dict:
+    """Whether what the widest cap still cuts is loops: the distinct n-gram share of the last
+    `tail` tokens of the cut answers, beside that of the answers that ended on EOS after at
+    least `tail` tokens (long answers that were not loops)."""
+    share = labels["output_token_ids"].map(lambda ids: distinct_ngram_share(ids, n, tail))
+    cut = share[labels["finish_reason"] == "length"].to_numpy()
+    long_ended = share[(labels["finish_reason"] == "stop") & (labels["L"] >= tail)].to_numpy()
+
+    def quartiles(x: np.ndarray) -> list[float] | None:
+        return [float(q) for q in np.quantile(x, [0.25, 0.5, 0.75])] if x.size else None
+
+    return {"ngram": n, "tail_tokens": tail, "cut": int(cut.size),
+            "cut_quartiles": quartiles(cut), "long_ended": int(long_ended.size),
+            "long_ended_quartiles": quartiles(long_ended), "loop_below": loop_below,
+            "cut_looping_share": float((cut < loop_below).mean()) if cut.size else None}
+
+
 def report(args) -> dict:
     cfg = compose(args.experiment)
     folder = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
@@ -146,11 +172,20 @@ def report(args) -> dict:
                "top_p": cfg["generation"]["top_p"], "eos_share_within": shares,
                "complete": n_prompts >= args.prompts,
                "ended_median_L": float(labels.loc[labels["finish_reason"] == "stop", "L"]
-                                       .median())}
+                                       .median()),
+               "loops": loop_check(labels)}
     print(f"{n_prompts} prompts, {len(labels)} samples (widest cap {args.cap}):")
     for cap, s in shares.items():
         print(f"  EOS within {cap:>5}: {s['eos_share']:.1%} [{s['ci95'][0]:.1%}, "
               f"{s['ci95'][1]:.1%}]")
+    loops = summary["loops"]
+    if loops["cut"]:
+        print(f"  cut at {args.cap}: {loops['cut']} answers, distinct {loops['ngram']}-gram share "
+              f"of their last {loops['tail_tokens']} tokens: median "
+              f"{loops['cut_quartiles'][1]:.2f} ({loops['cut_looping_share']:.0%} below "
+              f"{loops['loop_below']}); answers that ended after {loops['tail_tokens']}+ tokens: "
+              + (f"median {loops['long_ended_quartiles'][1]:.2f} ({loops['long_ended']})"
+                 if loops["long_ended"] else "none"))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     if args.plot:
