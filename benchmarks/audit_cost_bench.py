@@ -28,6 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lenbench.cli import CONF_DIR
+from lenbench.configs import RunConfig
 from lenbench.contract.instantiate import instantiate_predictor
 from lenbench.evaluate import evaluate_predictor
 from lenbench.pipeline import prepare_world
@@ -36,11 +37,11 @@ COLUMNS = ("predictor", "run", "test rows", "changed", "share", "steps", "power"
            "re-predict s", "audit s", "re-predict/scored", "audit/scored", "passed")
 
 
-def config(name: str, overrides: list[str]) -> dict:
+def config(name: str, overrides: list[str]) -> RunConfig:
     with initialize_config_dir(CONF_DIR, version_base=None):
         cfg = compose("config", overrides=[f"predictor={name}", "sim.enabled=false",
                                            "eval.n_boot=50", "progress=false", *overrides])
-    return OmegaConf.to_container(cfg, resolve=True)
+    return RunConfig.from_composed(OmegaConf.to_container(cfg, resolve=True))
 
 
 def row(name: str, run: int, audit: dict) -> tuple:
@@ -64,7 +65,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     names = args.predictors.split(",")
     cfgs = {name: config(name, args.overrides) for name in names}
-    predictors = {name: instantiate_predictor(cfg["predictor"]) for name, cfg in cfgs.items()}
+    predictors = {name: instantiate_predictor(cfg.predictor) for name, cfg in cfgs.items()}
     started = time.perf_counter()
     world = prepare_world(cfgs[names[0]], need_features=True, progress=False,
                           needs=[p.needs for p in predictors.values()])
@@ -73,8 +74,8 @@ def main() -> None:
     rows = []
     for run in range(args.repeats):  # alternating predictors: load drifts hit both alike
         for name in names:
-            pred = predictors[name] if run == 0 else instantiate_predictor(cfgs[name]["predictor"])
-            result = evaluate_predictor(pred, name, cfgs[name]["predictor"], world, cfgs[name],
+            pred = predictors[name] if run == 0 else instantiate_predictor(cfgs[name].predictor)
+            result = evaluate_predictor(pred, name, cfgs[name].predictor, world, cfgs[name],
                                         seed=0)
             rows.append(row(name, run, result["causality"]))
             print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)

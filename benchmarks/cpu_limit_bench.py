@@ -75,14 +75,13 @@ def _parallel(fn, args_list):
         return pool.starmap(fn, args_list)
 
 
-def _load(cfg: dict):
+def _load(cfg):
     from lenbench.models.loading import load_target, resolve_model
 
-    return load_target(resolve_model(cfg["model"], Path(cfg["paths"]["cache_dir"]))[0],
-                       "float32", "cpu")
+    return load_target(resolve_model(cfg.model, Path(cfg.paths.cache_dir))[0], "float32", "cpu")
 
 
-def _generate_worker(cfg: dict, requests: list, shards: list[list[int]] | None, batch: int,
+def _generate_worker(cfg, requests: list, shards: list[list[int]] | None, batch: int,
                      start_at: float, code: str | None = None):
     """One process: the requests as one call (shards None) or one call per shard, with the
     lenbench in folder `code` (an earlier checkout) when given."""
@@ -98,8 +97,8 @@ def _generate_worker(cfg: dict, requests: list, shards: list[list[int]] | None, 
     target = _load(cfg)
     gen = HFGenerator(target.model, eos_token_ids(target.model, target.tokenizer),
                       batch_size=batch)
-    g = cfg["generation"]
-    sampling = SamplingConfig(g["temperature"], g["top_p"], g["max_new_tokens"])
+    g = cfg.generation
+    sampling = SamplingConfig(g.temperature, g.top_p, g.max_new_tokens)
     reqs = [GenRequest(tuple(p), tuple(s)) for p, s in requests]
     while time.time() < start_at:  # every process starts together, after loading
         time.sleep(0.01)
@@ -121,7 +120,7 @@ def _split_shards(n_prompts: int, n_samples: int, shard_prompts: int, processes:
 def generate_side_by_side(cfg, requests, args):
     """Old (a call per shard) and new (one call) in `processes` processes each, one after the
     other; returns {variant: (seconds, tokens, outputs by request)}."""
-    n_samples = cfg["generation"]["n_samples"]
+    n_samples = cfg.generation.n_samples
     per_proc = _split_shards(len(requests) // n_samples, n_samples, args.shard_prompts,
                              args.processes)
     out = {}
@@ -150,7 +149,7 @@ def llamacpp_tokens_per_s(cfg, requests, args) -> tuple[float, int] | None:
 
     overrides = [f"experiment={args.experiment}", "generation=llamacpp",
                  f"generation.slots={args.slots}", f"generation.threads={args.processes}",
-                 f"generation.max_new_tokens={cfg['generation']['max_new_tokens']}"]
+                 f"generation.max_new_tokens={cfg.generation.max_new_tokens}"]
     if args.server_arg:
         overrides.append("generation.server_args=[" + ",".join(args.server_arg) + "]")
     lcfg = _compose(overrides)
@@ -160,10 +159,10 @@ def llamacpp_tokens_per_s(cfg, requests, args) -> tuple[float, int] | None:
     from lenbench.models.chat import eos_token_ids
 
     try:
-        gen = make_generator(lcfg["generation"], handle,
+        gen = make_generator(lcfg.generation, handle,
                              eos_token_ids(target.model, target.tokenizer))
-        g = lcfg["generation"]
-        sampling = SamplingConfig(g["temperature"], g["top_p"], g["max_new_tokens"])
+        g = lcfg.generation
+        sampling = SamplingConfig(g.temperature, g.top_p, g.max_new_tokens)
         started = time.perf_counter()
         results, _ = gen.generate([GenRequest(tuple(p), tuple(s)) for p, s in requests],
                                   sampling)
@@ -177,24 +176,26 @@ def llamacpp_tokens_per_s(cfg, requests, args) -> tuple[float, int] | None:
     return seconds, sum(len(r.output_ids) for r in results)
 
 
-def _compose(overrides: list[str]) -> dict:
+def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import lenbench  # noqa: F401 (registers the config schemas)
+    from lenbench.configs import RunConfig  # importing lenbench registers the schemas
 
     with initialize_config_dir(str(CONF), version_base=None):
-        return OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+        cfg = compose("config", overrides=overrides)
+    return RunConfig.from_composed(OmegaConf.to_container(cfg, resolve=True))
 
 
 def features_tokens_per_s(cfg, rows: pd.DataFrame, threads: int) -> tuple[float, int]:
-    from lenbench.features.extract import FeatureConfig, extract_features
+    from lenbench.configs.run import FeaturesConfig
+    from lenbench.features.extract import extract_features
 
     torch.set_num_threads(threads)
     target = _load(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        extract_features(rows, target.model, Path(tmp), FeatureConfig(), progress=False)
+        extract_features(rows, target.model, Path(tmp), FeaturesConfig(), progress=False)
         seconds = time.perf_counter() - started
     return seconds, int((rows["prompt_token_ids"].map(len) + rows["L"]).sum())
 
@@ -226,14 +227,14 @@ def main() -> None:
     if args.max_new_tokens:
         overrides.append(f"generation.max_new_tokens={args.max_new_tokens}")
     cfg = _compose(overrides)
-    args.batch = args.batch or cfg["generation"]["batch_size"]
+    args.batch = args.batch or cfg.generation.batch_size
     target = _load(cfg)
-    _, prompts, _ = _promptset_stage(Path(cfg["paths"]["cache_dir"]), cfg["dataset"])
-    g = cfg["generation"]
+    _, prompts, _ = _promptset_stage(Path(cfg.paths.cache_dir), cfg.dataset)
+    g = cfg.generation
     rendered = [render_prompt(target.tokenizer, t) for t in prompts["text"]]
-    rendered = [r for r in rendered if len(r) <= g["max_prompt_tokens"]]
-    requests = [(r, (g["seed"], p, s)) for p, r in enumerate(rendered)
-                for s in range(g["n_samples"])]
+    rendered = [r for r in rendered if len(r) <= g.max_prompt_tokens]
+    requests = [(r, (g.seed, p, s)) for p, r in enumerate(rendered)
+                for s in range(g.n_samples)]
 
     shapes = linear_shapes(target.model)
     fpt = flops_per_token(target.model)
@@ -242,7 +243,7 @@ def main() -> None:
     cpu = cpu_description(CPU_FLAGS)
     print(f"CPU: {cpu['name']} ({', '.join(cpu['flags'])}); torch {torch.__version__}; "
           f"Python {platform.python_version()}")
-    print(f"model: {cfg['model'].get('name')}, {fpt / 1e9:.3f} GFLOP a token in its linear "
+    print(f"model: {cfg.model.name}, {fpt / 1e9:.3f} GFLOP a token in its linear "
           f"layers (output head included); {args.processes} processes x 1 thread")
     print(f"matmul limit (float32, the model's shapes, {args.processes} processes at once): "
           + ", ".join(f"{r:.1f} GFLOP/s at {rows} rows = {r * 1e9 / fpt:.0f} tokens/s"

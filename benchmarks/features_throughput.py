@@ -42,7 +42,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from lenbench.features.extract import FeatureConfig, extract_features
+from lenbench.configs.run import FeaturesConfig
+from lenbench.features.extract import extract_features
 from lenbench.runtime.batching import length_batches, pad_right
 
 LLAMA_31_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -112,7 +113,7 @@ def plain_forward(model, labels, batches, device) -> float:
     return time.perf_counter() - t0
 
 
-def run_extract(model, labels, cfg: FeatureConfig, device) -> tuple[float, dict]:
+def run_extract(model, labels, cfg: FeaturesConfig, device) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory(prefix="lenbench_feat_") as tmp:
         sync(device)
         t0 = time.perf_counter()
@@ -153,7 +154,7 @@ def model_worker(args) -> int:
     dtype = getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).eval()
     labels = make_labels(args.rows, args.prompt_len, args.resp_len, model.config.vocab_size)
-    cfg = FeatureConfig(batch_tokens=args.batch_tokens)
+    cfg = FeaturesConfig(batch_tokens=args.batch_tokens)
     batches = batches_like_extract(labels, args.batch_tokens)
     # Warm-up: a short forward (installs the hidden-state hooks, first-call overheads).
     with torch.inference_mode():
@@ -251,7 +252,7 @@ def main() -> int:
     ap.add_argument("--resp-len", type=int, default=None,
                     help="default 384 (tiny: 48, --model: 192)")
     ap.add_argument("--batch-tokens", type=int, default=None,
-                    help="FeatureConfig.batch_tokens, default 8192 (tiny: 256)")
+                    help="FeaturesConfig.batch_tokens, default 8192 (tiny: 256)")
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions of each (best kept)")
     ap.add_argument("--threads", default=None,
                     help="torch CPU threads (cpu default 1); with --model a comma list, e.g. 1,2")
@@ -297,7 +298,7 @@ def main() -> int:
           flush=True)
 
     labels = make_labels(rows, prompt_len, resp_len, shape["vocab_size"])
-    cfg = FeatureConfig(batch_tokens=batch_tokens)
+    cfg = FeaturesConfig(batch_tokens=batch_tokens)
     batches = batches_like_extract(labels, batch_tokens)
     tokens = rows * (prompt_len + resp_len)
     print(f"workload: {rows} rows x ({prompt_len} prompt + {resp_len} response) = {tokens} tokens,"

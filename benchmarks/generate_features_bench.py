@@ -20,10 +20,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from lenbench.configs import load_preset
+from lenbench.configs import preset_config
+from lenbench.configs.run import FeaturesConfig
 from lenbench.contract.features import role_layers
 from lenbench.data.promptset import build_promptset, toyworld_source
-from lenbench.features.extract import FeatureConfig, extract_features
+from lenbench.features.extract import extract_features
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.protocol import GenRequest, GenStats, SamplingConfig
 from lenbench.models.chat import eos_token_ids, render_prompt
@@ -141,7 +142,7 @@ def main() -> None:
         tm = load_target(path)
         texts = [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(args.prompts)]
     else:
-        model_cfg = load_preset("model", "toy_tiny" if args.tiny else "toy")
+        model_cfg = preset_config("model", "toy_tiny" if args.tiny else "toy")
         path, _ = resolve_model(model_cfg, args.cache_dir)
         tm = load_target(path)
         df, _ = build_promptset(toyworld_source(args.prompts, seed=123),
@@ -182,7 +183,7 @@ def main() -> None:
     layers = role_layers(tm.model.config.num_hidden_layers)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        extract_features(labels, tm.model, Path(tmp), FeatureConfig(step_roles=("mid",)),
+        extract_features(labels, tm.model, Path(tmp), FeaturesConfig(step_roles=["mid"]),
                          progress=False)
         ours_feat = time.perf_counter() - start
     plain_feat = plain_features(tm.model, labels, layers)

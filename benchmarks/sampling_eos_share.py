@@ -25,6 +25,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from lenbench.configs import RunConfig
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.protocol import GenRequest, SamplingConfig
 from lenbench.models.chat import eos_token_ids, render_prompt
@@ -47,16 +48,16 @@ def main() -> None:
     with initialize_config_dir(str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"experiment={args.experiment}",
                                            f"dataset.limit={args.prompts}"])
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    cache = Path(cfg["paths"]["cache_dir"])
-    _, prompts, _ = _promptset_stage(cache, cfg["dataset"])
-    target = load_target(resolve_model(cfg["model"], cache)[0], "float32", "cpu")
-    limit = cfg["generation"]["max_prompt_tokens"]
+    cfg = RunConfig.from_composed(OmegaConf.to_container(cfg, resolve=True))
+    cache = Path(cfg.paths.cache_dir)
+    _, prompts, _ = _promptset_stage(cache, cfg.dataset)
+    target = load_target(resolve_model(cfg.model, cache)[0], "float32", "cpu")
+    limit = cfg.generation.max_prompt_tokens
     rendered = [render_prompt(target.tokenizer, text) for text in prompts["text"]]
     requests = [GenRequest(tuple(ids), (0, i, 0)) for i, ids in enumerate(rendered)
                 if len(ids) <= limit]
     generator = HFGenerator(target.model, eos_token_ids(target.model, target.tokenizer),
-                            batch_size=cfg["generation"]["batch_size"])
+                            batch_size=cfg.generation.batch_size)
     caps = sorted({c for c in (256, 384, 512, 768, 1024, 2048) if c < args.cap} | {args.cap})
     for setting in args.setting or ["0.2,0.9", "0.7,0.9"]:
         temperature, top_p = (float(x) for x in setting.split(","))

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 from rich.table import Table
 
+from lenbench.configs import RunConfig
 from lenbench.contract.instantiate import (
     instantiate_predictor,
     predictor_arg_problems,
@@ -155,6 +157,14 @@ def failure_summary(written: list[dict[str, Any]]) -> str | None:
             "(eval.raise_on_error=true stops at the first failure)")
 
 
+def typed_config(container: dict[str, Any]) -> RunConfig:
+    """The resolved config as typed objects, once per run: what every stage below reads."""
+    try:
+        return RunConfig.from_composed(container)
+    except ValueError as exc:  # a value no schema takes, e.g. a transfer set with no preset
+        raise ConfigError([str(exc)]) from None
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written."""
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
@@ -171,56 +181,58 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     container, members = check_run_config(cfg)
     built = build_predictors(members)  # constructors refuse bad arguments before any stage
     worker = cfg.generation.worker is not None  # a shard worker only generates (pipeline.py)
-    cap = label_import_cap(container)
+    config = typed_config(container)
+    cap = label_import_cap(config)
     if cap is not None:  # an imported trace: predictors clip to its cap, not to a default
         cfg = copy.deepcopy(cfg)
         with open_dict(cfg):
             cfg.generation.max_new_tokens = cap
-        container = resolved_config(cfg)
+        config = typed_config(resolved_config(cfg))
         members = [] if worker else _predictor_configs(cfg)  # ${generation.max_new_tokens}
         built = build_predictors(members)
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
-    check_transfer(container, cap)  # a second prompt set (dataset@transfer=...), if any
-    configure_threads(cfg.threads)
-    progress = bool(cfg.progress)
+    check_transfer(config, cap)  # a second prompt set (dataset@transfer=...), if any
+    configure_threads(config.threads)
+    progress = bool(config.progress)
     if worker:
-        prepare_world(container, need_features=False, progress=progress, generate_only=True)
-        if container.get("transfer") is not None:  # the transfer set's shards too
-            prepare_world(transfer_run_config(container), need_features=False, progress=progress,
+        prepare_world(config, need_features=False, progress=progress, generate_only=True)
+        if config.transfer is not None:  # the transfer set's shards too
+            prepare_world(transfer_run_config(config), need_features=False, progress=progress,
                           generate_only=True)
         return []
     need_features = any(p.needs.features for _, _, p in built)
     needs = [p.needs for _, _, p in built]
-    world = prepare_world(container, need_features=need_features, progress=progress, needs=needs)
-    tworld = None if container.get("transfer") is None else prepare_transfer(
-        container, world, need_features=need_features, progress=progress, needs=needs)
-    results_dir = cfg.paths.results_dir
+    world = prepare_world(config, need_features=need_features, progress=progress, needs=needs)
+    tworld = None if config.transfer is None else prepare_transfer(
+        config, world, need_features=need_features, progress=progress, needs=needs)
+    results_dir = config.paths.results_dir
     written = []
-    seed = int(cfg.seed)
+    seed = int(config.seed)
     for name, pcfg, predictor in built:
-        run_cfg = {**container, "predictor": pcfg}
+        run_cfg = replace(config, predictor=pcfg)  # the result records its own predictor
         try:
             result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
             if tworld is not None:
                 attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
-                                raise_on_error=bool(cfg.eval.raise_on_error))
+                                raise_on_error=bool(config.eval.raise_on_error))
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)
             result = failed_result(world, name, pcfg, run_cfg, seed, exc)
             log.info("wrote %s (the failure and its traceback)", save(result, results_dir))
             written.append(result)
-            if cfg.eval.raise_on_error:
+            if config.eval.raise_on_error:
                 raise
             continue
         path = save(result, results_dir)
         log.info("wrote %s", path)
         written.append(result)
-    if cfg.eval.noise_floor:
-        ref = noise_floor_result(world, {**container, "predictor": {"name": "noise_floor"}}, seed)
+    if config.eval.noise_floor:
+        floor_cfg = replace(config, predictor={"name": "noise_floor"})
+        ref = noise_floor_result(world, floor_cfg, seed)
         if ref is not None:
             if tworld is not None:
-                ref["transfer"] = transfer_noise_floor(world, tworld, ref["config"])
+                ref["transfer"] = transfer_noise_floor(world, tworld, floor_cfg)
             save(ref, results_dir)
             written.append(ref)
     _summary(written)

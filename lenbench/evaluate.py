@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lenbench.configs import group_settings
+from lenbench.configs import RunConfig
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.contract.predictor import Predictor
 from lenbench.contract.views import SplitView
@@ -49,18 +49,22 @@ from lenbench.scoring.metrics import (
 )
 from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
 from lenbench.scoring.step_errors import step_error_record, step_errors
+from lenbench.sim.config import SimConfig
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
+# the groups a result's identity (its file name) is made of, with its predictor and seed
+IDENTITY = ("dataset", "model", "generation", "features", "eval", "sim")
+
+
+def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,
                  predictor_cfg: dict) -> dict[str, Any]:
-    identity = {k: cfg[k] for k in ("dataset", "model", "generation", "features", "eval", "sim")
-                if k in cfg}
+    identity = run.to_dict(IDENTITY)
     identity.update(predictor=computing_params(predictor_cfg), seed=seed)
-    if cfg.get("transfer") is not None:  # a run that also scores a transfer set: a file of its own
-        identity["transfer"] = cfg["transfer"]
+    if run.transfer is not None:  # a run that also scores a transfer set: a file of its own
+        identity.update(run.to_dict(("transfer",)))
     return {
         "schema_version": SCHEMA_VERSION,
         "protocol_version": PROTOCOL_VERSION,
@@ -80,7 +84,7 @@ def _base_result(world: World, name: str, kind: str, cfg: dict, seed: int,
         "metrics": None,
         "timings": None,
         "report": {},
-        "config": cfg,
+        "config": run.to_dict(),
         "stage_keys": world.keys,
         "fingerprints": dict(world.fingerprints),
         "generation": {k: world.generation_card.get(k) for k in (
@@ -101,11 +105,11 @@ def views(world: World, target=None) -> tuple[SplitView, SplitView, SplitView]:
 
 
 def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, world: World,
-                       cfg: dict, seed: int) -> dict[str, Any]:
-    """Fit and score one predictor; returns the result dict (status 'ok' or raises)."""
-    ev = group_settings(cfg, "eval")
-    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
-    result = _base_result(world, name, "predictor", cfg, seed, predictor_cfg)
+                       run: RunConfig, seed: int) -> dict[str, Any]:
+    """Fit and score one predictor; returns the result dict (status 'ok' or raises).
+    `run` is the run's config with this predictor's (`predictor_cfg`) in place."""
+    n_boot, ci = int(run.eval.n_boot), float(run.eval.ci)
+    result = _base_result(world, name, "predictor", run, seed, predictor_cfg)
     target = world.target() if predictor.needs.target_model else None
     train, val, test = views(world, target)
     if len(train) == 0 or len(test) == 0:
@@ -127,7 +131,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     predict_s = time.perf_counter() - t0
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
-    cap = length_cap(cfg)
+    cap = length_cap(run)
     pred, clipped = clean_predictions(pred, name, "predict", cap)
     true, groups = test.lengths, test.group_ids
     censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
@@ -169,8 +173,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                                              None if cap is None else cap - steps.t)
         metrics["dynamic"] = dynamic_metrics(steps.row, steps.t, true, rem, groups,
                                              n_boot=n_boot, seed=seed, ci=ci,
-                                             n_bins=int(ev["progress_bins"]),
-                                             observed_steps=_observed_steps(ev),
+                                             n_bins=int(run.eval.progress_bins),
                                              censored=censored)
         metrics["dynamic"].update(rem_clipped)
         dynamic_errors = request_errors(steps.row, steps.t, true, rem, censored)
@@ -205,10 +208,9 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if distribution is not None:
         result["predictions"].update(distribution_predictions(distribution, true, censored, cap,
                                                               seed))
-    sim = group_settings(cfg, "sim")
-    if sim["enabled"]:
+    if run.sim.enabled:
         result["scheduling"] = schedule(
-            true, pred, test.prompt_lengths, name, sim,
+            true, pred, test.prompt_lengths, name, run.sim.simulation(),
             remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
             distribution=distribution, censored=censored)
     return result
@@ -240,17 +242,10 @@ def distribution_predictions(dist: LengthDistribution, true: np.ndarray, censore
             **({} if p_cap is None else {"p_cap": p_cap.tolist()})}
 
 
-def length_cap(cfg: dict) -> int | None:
+def length_cap(run: RunConfig) -> int:
     """The largest length a label can have: the generation cap (for an imported trace, the cap
-    the CLI set from the data); None when the config has none."""
-    cap = (cfg.get("generation") or {}).get("max_new_tokens")
-    return int(cap) if cap is not None else None
-
-
-def _observed_steps(ev: dict) -> tuple[int, ...] | None:
-    """`eval.observed_steps` (a list of t), or None for the default grid 0, 8, 16, 32, ..."""
-    steps = ev.get("observed_steps")
-    return None if steps is None else tuple(int(t) for t in steps)
+    the CLI set from the data)."""
+    return int(run.generation.max_new_tokens)
 
 
 def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
@@ -268,7 +263,7 @@ def predictor_report(predictor: Predictor, name: str) -> dict[str, Any]:
 
 
 def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: str,
-             sim_cfg: dict, *, remaining: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+             cfg: SimConfig, *, remaining: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
              distribution: LengthDistribution | None = None,
              censored: np.ndarray | None = None) -> dict[str, Any]:
     """Serve requests drawn from the test rows with these predictions (docs/protocol.md,
@@ -276,19 +271,17 @@ def schedule(true: np.ndarray, pred: np.ndarray, prompt_len: np.ndarray, name: s
     "by_alpha" adds the score at those aging weights; with `sim.compare`, "comparison" adds
     preemptive re-ranking on the dynamic estimates `remaining` = (step_row, step_t, rem) and
     ordering by the predicted `distribution`, on the same draws (lenbench.sim.record)."""
-    from lenbench.sim import SimConfig
     from lenbench.sim.record import scheduling_record
 
-    cfg = SimConfig.from_dict(sim_cfg)
     quantiles = None if distribution is None or not cfg.compare else \
         distribution.quantile(QUANTILE_LEVELS)
     return scheduling_record(true, pred, prompt_len, name, cfg, censored=censored,
                              remaining=remaining, quantiles=quantiles)
 
 
-def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed: int,
+def failed_result(world: World, name: str, predictor_cfg: dict, run: RunConfig, seed: int,
                   exc: BaseException) -> dict[str, Any]:
-    result = _base_result(world, name, "predictor", cfg, seed, predictor_cfg)
+    result = _base_result(world, name, "predictor", run, seed, predictor_cfg)
     result["status"] = "failed"
     result["error"] = {"type": type(exc).__name__, "message": str(exc),
                        "traceback": "".join(traceback.format_exception(exc))}
@@ -298,7 +291,7 @@ def failed_result(world: World, name: str, predictor_cfg: dict, cfg: dict, seed:
 NOISE_FLOOR_SEED = 0  # one reference per world: the same file whatever the predictors' seed
 
 
-def noise_floor_result(world: World, cfg: dict,
+def noise_floor_result(world: World, run: RunConfig,
                        seed: int | None = None) -> dict[str, Any] | None:
     """The irreducible-error reference: bounds on the error of knowing each prompt's median.
 
@@ -311,17 +304,16 @@ def noise_floor_result(world: World, cfg: dict,
     `seed` is ignored: the reference does not depend on the predictors' seed, so a sweep writes it
     once.
     """
-    ev = group_settings(cfg, "eval")
     _, _, test = views(world)
     # censored samples count at their cut-off, scored as lower bounds (scoring/noise_floor.py)
     censored = world.labels["censored"].to_numpy(dtype=bool)[world.rows("test")]
     true, groups = test.lengths.astype(np.float64), test.group_ids
-    cap = length_cap(cfg)
+    cap = length_cap(run)
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None  # one sample per prompt: nothing to estimate from
-    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
-    result = _base_result(world, "noise_floor", "reference", cfg, NOISE_FLOOR_SEED,
+    n_boot, ci = int(run.eval.n_boot), float(run.eval.ci)
+    result = _base_result(world, "noise_floor", "reference", run, NOISE_FLOOR_SEED,
                           {"name": "noise_floor", "rule": "median of the prompt's samples: "
                            "in-sample (optimistic) to leave-one-out (pessimistic)"})
     result["metrics"] = {

@@ -11,12 +11,16 @@ import functools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lenbench.configs import RunConfig
+from lenbench.configs.dataset import DatasetConfig
+from lenbench.configs.generation import GenerationConfig
+from lenbench.configs.model import ModelConfig
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.needs import TargetModel
 from lenbench.data.promptset import (
@@ -28,7 +32,7 @@ from lenbench.data.promptset import (
     source_from_config,
 )
 from lenbench.data.sources.reading import SourceError
-from lenbench.features.extract import FeatureConfig, extract_features, features_config
+from lenbench.features.extract import extract_features, features_config
 from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
 from lenbench.generation.labels_import import import_labels, known_lengths
 from lenbench.generation.protocol import SamplingConfig
@@ -36,7 +40,7 @@ from lenbench.generation.runner import ShardsPending, generate_labels
 from lenbench.models.chat import pretrained_eos_ids
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
-from lenbench.models.shipped_toy import with_model_world
+from lenbench.models.shipped_toy import model_world
 from lenbench.scoring.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
@@ -73,7 +77,6 @@ class World:
     generation_card: dict
     target_path: str
     keys: dict = field(default_factory=dict)
-    model_cfg: dict = field(default_factory=dict)
     device: str = "cpu"
     target: Callable[[], TargetModel] | None = None  # the live target model, loaded on first call
     # content hashes (lenbench/scoring/fingerprints.py)
@@ -83,51 +86,55 @@ class World:
         return np.flatnonzero(self.labels["split"].to_numpy() == split)
 
 
-def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
+def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
                   needs: list | None = None, generate_only: bool = False) -> World | None:
     """Build (or reuse) model, PromptSet, labels and, if asked, features.
 
+    Each stage gets the typed parts of `run` it reads, and stages run in the order the layers
+    do (data, model, generation, features), so the config goes down, not back up.
     `generate_only` stops after the generate stage and returns None: a generation worker
     (`generation.worker=i`) only writes its shards, the sweep that follows reads the labels.
     """
-    cache = Path(cfg["paths"]["cache_dir"])
-    device = resolve_device(cfg["device"])
+    cache = Path(run.paths.cache_dir)
+    device = resolve_device(run.device)
     # model.dtype=auto is settled here, so keys and cards name the dtype that ran
-    cfg = {**cfg, "model": {**cfg["model"],
-                            "dtype": resolve_dtype(cfg["model"].get("dtype"), device)}}
-    model_cfg = dict(cfg["model"])
+    model = replace(run.model, dtype=resolve_dtype(run.model.dtype, device))
+    ds, gen = run.dataset, run.generation
     # the PromptSet first: it needs no model, and a file with no usable prompt should fail
     # before minutes of model work
-    ds = dict(cfg["dataset"])
     ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
     known = known_lengths(prompts)
+    name = world_name(str(ds.name), getattr(ds, "path", None), imported=known is not None)
     if known is not None:  # label import: no target model is loaded, trained or converted
-        check_import_needs(ds, need_features, needs or [])
-        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, cfg, progress,
-                                             ds_card)
+        check_import_needs(str(ds.name), need_features, needs or [])
+        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, ds, model,
+                                             progress, ds_card)
         target, target_path = None, None
-        model_name = ds.get("model_name") or UNNAMED_MODEL
+        model_name = getattr(ds, "model_name", None) or UNNAMED_MODEL
     else:
-        target_path, model_key = resolve_model(model_cfg, cache, progress=progress)
-        model_name, cfg = model_cfg["name"], with_model_world(cfg, target_path)
+        target_path, model_key = resolve_model(model, cache, progress=progress)
+        model_name = model.name
+        if gen.shipped is None and (shipped := model_world(target_path)) is not None:
+            gen = replace(gen, shipped=shipped)  # shipped weights come with their world
+        revision, dtype = model.revision, model.dtype
+        template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
 
         @functools.cache
         def target() -> TargetModel:
-            tm = load_target(target_path, model_cfg["dtype"], device,
-                             model_cfg.get("revision"))
+            tm = load_target(target_path, dtype, device, revision)
             # predictors that prompt the model themselves (PIA) render as the generate stage did
-            tm.info["chat_template_kwargs"] = dict(model_cfg.get("chat_template_kwargs") or {})
+            tm.info["chat_template_kwargs"] = dict(template_kwargs)
             # predictors that derive data from the target (OUTLETS's training cache) keep it here
             tm.key, tm.cache_dir = model_key, str(cache)
             return tm
 
-        gen_stage = _generate_stage(cache, cfg, prompts, model_key, ds_stage.key, target,
+        gen_stage = _generate_stage(cache, gen, model, prompts, model_key, ds_stage.key, target,
                                     target_path, progress)
     if generate_only:
         return None
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
     gen_card = json.loads((gen_stage.path / "card.json").read_text())
-    report_against_shipped(cfg, labels, gen_card)
+    report_against_shipped(labels, gen_card, gen.shipped, gen.regenerate)
     if len(labels) == 0:
         raise RuntimeError(f"generation produced no usable rows (see {gen_stage.path}/card.json)")
     warn_censoring(gen_card)
@@ -138,20 +145,17 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     features = None
     feat_stage = None
     if need_features:
-        fc = features_config(dict(cfg["features"]), needs or [])
-        fcfg = FeatureConfig(tuple(fc["roles"]), tuple(fc["poolings"]), tuple(fc["step_roles"]),
-                             int(fc["step_stride"]), int(fc["batch_tokens"]),
-                             tuple(fc["step_poolings"]))
-        feat_stage = Stage(cache, "features", {k: fc[k] for k in sorted(fc)}, parent=gen_stage.key)
+        fc = features_config(run.features, needs or [])
+        feat_stage = Stage(cache, "features", asdict(fc), parent=gen_stage.key)
         with feat_stage.lock():
             if not feat_stage.done:
                 with feat_stage.building() as tmp:
-                    extract_features(labels, target().model, tmp, fcfg, progress=progress)
+                    extract_features(labels, target().model, tmp, fc, progress=progress)
         features = FeatureStore(feat_stage.path)
 
     split_counts = labels["split"].value_counts().to_dict()
     test = labels[labels["split"] == "test"]
-    dataset_info = {"name": world_name(ds, imported=known is not None), "key": gen_stage.key,
+    dataset_info = {"name": name, "key": gen_stage.key,
                     "n_train": int(split_counts.get("train", 0)),
                     "n_val": int(split_counts.get("val", 0)),
                     "n_test": int(split_counts.get("test", 0)),
@@ -161,8 +165,8 @@ def prepare_world(cfg: dict, need_features: bool, progress: bool = True,
     model_info = {"name": model_name, "key": model_key, "path": target_path,
                   "source": model_source_summary(target_path) if target_path else None}
     world = World(labels=labels, features=features, dataset=dataset_info, model=model_info,
-                  generation_card=gen_card, target_path=target_path, model_cfg=model_cfg,
-                  device=device, target=target, fingerprints=data_fingerprints(labels, feat_stage),
+                  generation_card=gen_card, target_path=target_path, device=device,
+                  target=target, fingerprints=data_fingerprints(labels, feat_stage),
                   keys={"promptset": ds_stage.key, "generate": gen_stage.key,
                         "features": None if feat_stage is None else feat_stage.key})
     return world
@@ -178,7 +182,7 @@ def data_fingerprints(labels: pd.DataFrame, feat_stage: Stage | None) -> dict:
 LABEL_IMPORT_KEYS = ("model_name", "tokenizer", "max_length")
 
 
-def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
+def _promptset_stage(cache: Path, ds: DatasetConfig) -> tuple[Stage, pd.DataFrame, dict]:
     """Build (or reuse) the PromptSet; a source that yields no usable prompt is a `SourceError`
     naming the drop reasons, raised before any model is built."""
     ds_stage = Stage(cache, "promptset", promptset_key(ds))
@@ -186,15 +190,15 @@ def _promptset_stage(cache: Path, ds: dict) -> tuple[Stage, pd.DataFrame, dict]:
         if not ds_stage.done:
             with ds_stage.building() as tmp:
                 df, card = build_promptset(
-                    source_from_config(ds), dict(ds["split"]),
-                    salt=str(ds["split_salt"]), min_words=ds["min_words"],
-                    max_words=ds.get("max_words"), limit=ds.get("limit") or ds.get("n_prompts"))
+                    source_from_config(ds), dict(ds.split), salt=str(ds.split_salt),
+                    min_words=ds.min_words, max_words=ds.max_words,
+                    limit=ds.limit or getattr(ds, "n_prompts", None))
                 save_promptset(tmp, df, card)
     prompts, card = load_promptset(ds_stage.path)
     log.info("promptset %s: %s", ds_stage.key, card["splits"])
     if len(prompts) == 0:
         first = next((ex[0] for ex in (card.get("examples") or {}).values() if ex), "")
-        raise SourceError(f"dataset={ds.get('name')}: no usable prompt among {card['n_read']} "
+        raise SourceError(f"dataset={ds.name}: no usable prompt among {card['n_read']} "
                           f"rows read; dropped by reason {card['dropped']}"
                           + (f"; first: {first}" if first else "")
                           + f" (every row in {ds_stage.path / DROPPED_FILE})")
@@ -213,27 +217,26 @@ def model_source_summary(target_path: str) -> dict | None:
 UNNAMED_MODEL = "unnamed-model"  # an imported trace whose dataset.model_name is not set
 
 
-def world_name(ds: dict, imported: bool) -> str:
-    """An imported trace is named by its file (trace.jsonl -> trace), so two traces never share
-    a leaderboard section; a generated world keeps the dataset preset's name."""
-    if imported and ds.get("path"):
-        name = Path(str(ds["path"])).expanduser().name
+def world_name(preset: str, path: str | None, imported: bool) -> str:
+    """An imported trace is named by its file `path` (trace.jsonl -> trace), so two traces
+    never share a leaderboard section; a generated world keeps the dataset preset's name."""
+    if imported and path:
+        name = Path(str(path)).expanduser().name
         for suffix in (".jsonl", ".ndjson", ".json", ".csv", ".parquet"):
             name = name.removesuffix(suffix)
-        return name or str(ds["name"])
-    return str(ds["name"])
+        return name or preset
+    return preset
 
 
-def label_import_cap(cfg: dict) -> int | None:
+def label_import_cap(run: RunConfig) -> int | None:
     """The length cap of an imported trace (None when labels are generated): the declared
     `dataset.max_length`, else the largest label. Predictors clip to it, so it must never fall
     below a label; an unrelated default such as generation.max_new_tokens would cut them."""
-    ds = dict(cfg["dataset"])
-    _, prompts, _ = _promptset_stage(Path(cfg["paths"]["cache_dir"]), ds)
+    _, prompts, _ = _promptset_stage(Path(run.paths.cache_dir), run.dataset)
     known = known_lengths(prompts)
     if known is None:
         return None
-    declared = ds.get("max_length")
+    declared = _import_settings(run.dataset)[2]
     if declared is not None and int(declared) < known.largest:
         raise ConfigError([(f"dataset.max_length={declared}: below the largest length in the "
                            f"file ({known.largest}); raise it or leave it null (the largest "
@@ -241,39 +244,45 @@ def label_import_cap(cfg: dict) -> int | None:
     return int(declared) if declared is not None else known.largest
 
 
-def _import_tokenizer(ds: dict, cfg: dict, cache: Path, progress: bool
+def _import_settings(ds: DatasetConfig) -> tuple[str | None, str | None, int | None]:
+    """(model_name, tokenizer, max_length) of a trace: the jsonl schema's label-import fields,
+    None for a source whose schema has none (a source registered in code)."""
+    return tuple(getattr(ds, k, None) for k in LABEL_IMPORT_KEYS)  # type: ignore[return-value]
+
+
+def _import_tokenizer(name: str | None, model: ModelConfig, cache: Path, progress: bool
                       ) -> tuple[str | None, dict | None]:
     """(where to load the tokenizer from, its identity for the stage key), or (None, None).
     `dataset.tokenizer=model` uses the configured model's tokenizer (building or converting that
     model if needed); the tokenizer itself is loaded only when the stage is built."""
-    name = ds.get("tokenizer")
     if name is None:
         return None, None
     if name == "model":
-        path, key = resolve_model(dict(cfg["model"]), cache, progress=progress)
+        path, key = resolve_model(model, cache, progress=progress)
         return path, {"model": key}
     return str(name), {"tokenizer": str(name)}
 
 
-def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: dict,
-                  progress: bool, ds_card: dict) -> tuple[Stage, str]:
+def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, ds: DatasetConfig,
+                  model: ModelConfig, progress: bool, ds_card: dict) -> tuple[Stage, str]:
     """Label import: the source already knows each prompt's length, so nothing is generated.
 
     Prompts the file gives no length for are counted, listed in the card and dropped, loudly.
     Returns the stage and the model key of the world (the declared model name, the tokenizer).
     """
-    ds = dict(cfg["dataset"])
-    template_kwargs = dict(cfg["model"].get("chat_template_kwargs") or {}) \
-        if ds.get("tokenizer") == "model" else {}
-    tokenizer_path, tok_key = _import_tokenizer(ds, cfg, cache, progress)
+    model_name, tokenizer_name, declared = _import_settings(ds)
+    path = getattr(ds, "path", None)
+    template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {}) \
+        if tokenizer_name == "model" else {}
+    tokenizer_path, tok_key = _import_tokenizer(tokenizer_name, model, cache, progress)
     # for `model`, the configured model's key: another model, other prompt ids
-    model_key = stable_hash({"model_name": ds.get("model_name"), "tokenizer": tok_key})
-    key = {"import": 2, "model_name": ds.get("model_name"), "tokenizer": tok_key,
-           "max_length": ds.get("max_length"), "chat_template_kwargs": template_kwargs}
-    warn_duplicate_lengths(ds_card, ds.get("path"))
+    model_key = stable_hash({"model_name": model_name, "tokenizer": tok_key})
+    key = {"import": 2, "model_name": model_name, "tokenizer": tok_key,
+           "max_length": declared, "chat_template_kwargs": template_kwargs}
+    warn_duplicate_lengths(ds_card, path)
     if known.unlabelled:
         log.warning("%d of %d prompts in %s have no length and were dropped (the import card "
-                    "lists them)", len(known.unlabelled), len(prompts), ds.get("path"))
+                    "lists them)", len(known.unlabelled), len(prompts), path)
     stage = Stage(cache, "import", key, parent=parent)
     with stage.lock():
         if not stage.done:
@@ -288,14 +297,13 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
                                              template_kwargs=template_kwargs,
                                              censored=known.censored)
                 texts = prompts.set_index("prompt_id").loc[known.unlabelled, "text"]
-                declared = ds.get("max_length")
                 card.update({
                     "n_prompts_unlabelled": len(known.unlabelled),
                     "unlabelled_prompts": "dropped: the file gives them no length",
                     "unlabelled_examples": texts.str.slice(0, 60).tolist()[:20],
                     "n_duplicate_rows_dropped": int((ds_card.get("dropped") or {})
                                                     .get("duplicate") or 0),
-                    "model_name": ds.get("model_name"), "tokenizer_key": tok_key,
+                    "model_name": model_name, "tokenizer_key": tok_key,
                     "length_cap": int(declared) if declared is not None else known.largest,
                     "length_cap_from": "dataset.max_length" if declared is not None
                     else "the largest length in the file"})
@@ -304,22 +312,23 @@ def _import_stage(cache: Path, prompts: pd.DataFrame, known, parent: str, cfg: d
     return stage, model_key
 
 
-def generation_stage_config(cfg: dict, model_key: str) -> dict:
+def generation_stage_config(gen: GenerationConfig, model: ModelConfig, model_key: str) -> dict:
     """The generate stage's cache key config: what changes the labels, nothing that doesn't
     (batch size, worker layout, concurrency and other throughput settings are left out)."""
-    gen = dict(cfg["generation"])
-    model_cfg = dict(cfg["model"])
-    key = {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}, **label_key(gen)}
-    key.update({k: gen[k] for k in OPTIONAL_GENERATION_KEYS if gen.get(k) is not None})
-    if model_cfg.get("chat_template_kwargs"):
-        key["chat_template_kwargs"] = dict(model_cfg["chat_template_kwargs"])
-    if model_cfg["source"] != "toy":  # a hub/local model's key is only its path+revision
-        key["dtype"] = model_cfg.get("dtype")
+    key = {"model": model_key, **{k: getattr(gen, k) for k in GENERATION_KEYS}, **label_key(gen)}
+    key.update({k: getattr(gen, k) for k in OPTIONAL_GENERATION_KEYS
+                if getattr(gen, k) is not None})
+    template_kwargs = getattr(model, "chat_template_kwargs", None)  # the toy model has none
+    if template_kwargs:
+        key["chat_template_kwargs"] = dict(template_kwargs)
+    if model.source != "toy":  # a hub/local model's key is only its path+revision
+        key["dtype"] = model.dtype
     return key
 
 
-def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: str, parent: str,
-                    target, target_path: str, progress: bool) -> Stage:
+def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
+                    prompts: pd.DataFrame, model_key: str, parent: str, target,
+                    target_path: str, progress: bool) -> Stage:
     """Regenerate every prompt's responses with the target (resumable at shard granularity).
 
     With `generation.worker=i` (of `generation.workers=N`) this process writes only its own
@@ -327,21 +336,20 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
     per GPU, or N SLURM jobs) fill it together; the one that finds every shard on disk merges
     them under the lock. The merge reads shards in shard order, as a one-process run does.
     """
-    gen = dict(cfg["generation"])
-    model_cfg = dict(cfg["model"])
+    stage_cfg = generation_stage_config(gen, model, model_key)
     backend = backend_name(gen)
-    stage_cfg = generation_stage_config(cfg, model_key)
-    shipped = shipped_world_for(gen, stage_cfg)
-    if shipped is not None and not gen.get("regenerate"):
+    shipped = shipped_world_for(gen.shipped, stage_cfg)
+    if shipped is not None and not gen.regenerate:
         stage_cfg = {**stage_cfg, "shipped": shipped.digest}
     stage = Stage(cache, "generate", stage_cfg, parent=parent)
     if stage.done:
         return stage
     store = SampleStore(cache / "samples" / stable_hash(sample_key(stage_cfg)))
     log.info("generate stage: %s (samples kept for reuse in %s)", stage.path, store.folder)
-    workers = int(gen.get("workers") or 1)
-    worker = gen.get("worker")
-    revision = model_cfg.get("revision")
+    workers, worker = int(gen.workers or 1), gen.worker
+    revision, dtype = model.revision, model.dtype
+    template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
+    backend_config = dict(sorted(asdict(gen).items()))
 
     def run(out_dir: Path, worker_i: int, n_workers: int) -> tuple[pd.DataFrame, dict]:
         # tokenizer and EOS ids without weights: the HF model loads only if a shard is left to
@@ -350,29 +358,28 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
 
         tokenizer = AutoTokenizer.from_pretrained(target_path, revision=revision)
         eos = pretrained_eos_ids(target_path, tokenizer, revision)
-        handle = GenerationTarget(path=target_path, revision=revision,
-                                  dtype=model_cfg["dtype"], tokenizer=tokenizer,
-                                  load=target)
-        sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
-        known = {} if gen.get("regenerate") else \
+        handle = GenerationTarget(path=target_path, revision=revision, dtype=dtype,
+                                  tokenizer=tokenizer, load=target)
+        sampling = SamplingConfig(gen.temperature, gen.top_p, gen.max_new_tokens)
+        known = {} if gen.regenerate else \
             {**store.load(), **(shipped.known(prompts) if shipped is not None else {})}
         labels, card = generate_labels(
             prompts, None, tokenizer, out_dir, sampling,
-            n_samples=gen["n_samples"], seed=gen["seed"], batch_size=gen["batch_size"],
-            shard_prompts=gen["shard_prompts"], max_prompt_tokens=gen["max_prompt_tokens"],
-            keep_censored=gen["keep_censored"], progress=progress, eos_ids=eos,
+            n_samples=gen.n_samples, seed=gen.seed, batch_size=gen.batch_size,
+            shard_prompts=gen.shard_prompts, max_prompt_tokens=gen.max_prompt_tokens,
+            keep_censored=gen.keep_censored, progress=progress, eos_ids=eos,
             generator_factory=lambda: make_generator(gen, handle, eos),
-            chat_template_kwargs=dict(model_cfg.get("chat_template_kwargs") or {}),
-            max_length_exclusive=gen.get("max_length_exclusive"),
+            chat_template_kwargs=dict(template_kwargs),
+            max_length_exclusive=gen.max_length_exclusive,
             worker=worker_i, num_workers=n_workers, known=known, store=store,
-            dense_prompts=int(gen.get("dense_prompts") or 0),
-            dense_n_samples=gen.get("dense_n_samples"), dense_split=gen.get("dense_split"))
+            dense_prompts=int(gen.dense_prompts or 0),
+            dense_n_samples=gen.dense_n_samples, dense_split=gen.dense_split)
         card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
-                     "model_dtype": model_cfg.get("dtype"), "sample_key": sample_key(stage_cfg),
+                     "model_dtype": dtype, "sample_key": sample_key(stage_cfg),
                      "shipped_world": None if shipped is None else
-                     {"name": shipped.name, "used": not gen.get("regenerate"),
+                     {"name": shipped.name, "used": not gen.regenerate,
                       "fingerprint": shipped.fingerprint},
-                     "backend_config": {k: gen.get(k) for k in sorted(gen)}})
+                     "backend_config": backend_config})
         return labels, card
 
     def write(tmp: Path, labels: pd.DataFrame, card: dict) -> None:

@@ -27,12 +27,14 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lenbench.configs import load_preset
+from lenbench.configs import RunConfig, preset_config
+from lenbench.configs.model import ToyModel
 from lenbench.results import PROTOCOL_VERSION, write_result
 from lenbench.results.provenance import utc_now
 from lenbench.results.versions import changed_since
@@ -54,8 +56,8 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     lengths, row by row."""
     import pandas as pd
 
-    cfg = dict(result["config"])
-    cache = Path(cache_dir or (cfg.get("paths") or {}).get("cache_dir") or ".cache/lenbench")
+    stored = stored_world_config(result)
+    cache = Path(cache_dir or stored.paths.cache_dir)
     key = (result.get("stage_keys") or {}).get("generate") or (result.get("dataset") or {}).get(
         "key")
     cached = cache / "generate" / str(key) / "labels.parquet"
@@ -64,10 +66,10 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     elif (world := shipped_world_of(result)) is not None:
         from lenbench.pipeline import prepare_world
 
-        cfg["generation"] = {**cfg["generation"], "shipped": world}
-        check_loads_without_generating(result, cfg, world)
-        cfg["paths"] = {**(cfg.get("paths") or {}), "cache_dir": str(cache)}
-        labels = prepare_world(cfg, need_features=False, progress=False).labels
+        run = replace(stored, generation=replace(stored.generation, shipped=world),
+                      paths=replace(stored.paths, cache_dir=str(cache)))
+        check_loads_without_generating(result, run, world)
+        labels = prepare_world(run, need_features=False, progress=False).labels
     else:
         raise ValueError(f"stage_keys.generate: the labels of world {key} are neither in the "
                          f"cache ({cached}) nor shipped; build the world first, or pass "
@@ -82,13 +84,25 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     return test["prompt_token_ids"].map(len).to_numpy(dtype=np.int64)
 
 
+# the parts of a stored config that build its world (prepare_world reads nothing else)
+WORLD_PARTS = ("paths", "dataset", "model", "generation", "device")
+
+
+def stored_world_config(result: dict[str, Any]) -> RunConfig:
+    """The config a stored result was run with, typed as far as its world goes: a result of an
+    older protocol may hold settings today's schemas dropped in parts the world does not read
+    (sim), and keys added since take their defaults."""
+    stored = result.get("config") or {}
+    return RunConfig.from_composed({k: v for k, v in stored.items() if k in WORLD_PARTS})
+
+
 def shipped_world_of(result: dict[str, Any]) -> str | None:
     """The shipped world whose labels a result was scored on: the one its config names, else the
     one whose card records the result's labels fingerprint (a run that left generation.shipped
     null takes the world its model's card names, as the toy model's does); None if neither."""
     from lenbench.worlds.shipped import CARD_FILE, available, world_folder
 
-    named = ((result.get("config") or {}).get("generation") or {}).get("shipped")
+    named = stored_world_config(result).generation.shipped
     if named:
         return str(named)
     fingerprint = (result.get("fingerprints") or {}).get("labels")
@@ -99,26 +113,24 @@ def shipped_world_of(result: dict[str, Any]) -> str | None:
     return None
 
 
-def check_loads_without_generating(result: dict[str, Any], cfg: dict[str, Any],
-                                   world: str) -> None:
+def check_loads_without_generating(result: dict[str, Any], run: RunConfig, world: str) -> None:
     """ValueError unless loading `world` with the result's config takes every sample from it:
     the model its samples came from (for the toy model, the shipped weights, which its config
     must select: another config would train) and the settings that decide a sample."""
-    from lenbench.models.loading import resolve_device, resolve_dtype, toy_config
+    from lenbench.models.loading import resolve_device, resolve_dtype
     from lenbench.models.shipped_toy import shipped_toy_model
     from lenbench.pipeline import generation_stage_config
     from lenbench.worlds.shipped import ShippedWorld, sample_key
 
-    model = dict(cfg["model"])
+    model = run.model
     key = str((result.get("model") or {}).get("key"))
-    if model.get("source") == "toy":
-        shipped = None if model.get("retrain") else shipped_toy_model(
-            toy_config(dict(model.get("toy") or {})).to_dict())
+    if isinstance(model, ToyModel):
+        shipped = None if model.retrain else shipped_toy_model(model.toy_config)
         if shipped is None or shipped[1] != key:
             raise ValueError(f"model.toy: the result's toy model is not the one shipped with "
                              f"world {world}; its labels would be sampled here")
-    model["dtype"] = resolve_dtype(model.get("dtype"), resolve_device(cfg.get("device", "cpu")))
-    settings = sample_key(generation_stage_config({**cfg, "model": model}, key))
+    model = replace(model, dtype=resolve_dtype(model.dtype, resolve_device(run.device)))
+    settings = sample_key(generation_stage_config(run.generation, model, key))
     if diffs := ShippedWorld.load(world).differences(settings):
         raise ValueError(f"generation: the result's settings differ from world {world}'s "
                          f"({'; '.join(diffs)}); its labels would be generated here")
@@ -237,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                       "figures, old beside new) to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    alphas = load_preset("sim", "default").get("score_alphas")
+    alphas = preset_config("sim", "default").score_alphas
     worlds: dict[str, np.ndarray | ValueError] = {}  # prompt lengths, or why there are none
     failed = 0
     lines = ["| file | figure | old | new |", "|---|---|---|---|"]

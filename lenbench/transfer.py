@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Mapping
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 
-from lenbench.configs import group_settings
+from lenbench.configs import RunConfig
+from lenbench.configs.dataset import DatasetConfig
 from lenbench.contract.predictor import Predictor
 from lenbench.contract.views import SplitView
 from lenbench.data.promptset import promptset_key
@@ -35,14 +36,7 @@ from lenbench.validate import ConfigError, config_problems
 log = logging.getLogger(__name__)
 
 FIELD = "transfer"
-HOW = "choose it with dataset@transfer=PRESET, e.g. dataset@transfer=jsonl transfer.path=FILE"
 SCORED_SPLITS = "all"  # every split of the transfer set is scored: none was fitted on
-
-
-def transfer_dataset(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The transfer set's dataset config, or None when the run has none."""
-    node = cfg.get(FIELD)
-    return None if node is None else dict(node)
 
 
 # the world's denser sampling of some prompts serves its noise floor and sibling distributions;
@@ -50,15 +44,14 @@ def transfer_dataset(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
 WORLD_ONLY_GENERATION = {"dense_prompts": None, "dense_n_samples": None, "dense_split": None}
 
 
-def transfer_run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def transfer_run_config(run: RunConfig) -> RunConfig:
     """The run config with the transfer set in place of the world's dataset: what its stages
     are built from (same model, sampling and features settings, so the same stage code; no
     dense prompts, `WORLD_ONLY_GENERATION`)."""
-    out = {**cfg, "dataset": transfer_dataset(cfg), FIELD: None}
-    generation = cfg.get("generation")
-    if isinstance(generation, Mapping) and any(generation.get(k) for k in WORLD_ONLY_GENERATION):
-        out["generation"] = {**generation, **WORLD_ONLY_GENERATION}
-    return out
+    gen = run.generation
+    if any(getattr(gen, k) for k in WORLD_ONLY_GENERATION):
+        gen = replace(gen, **WORLD_ONLY_GENERATION)
+    return replace(run, dataset=run.transfer, transfer=None, generation=gen)
 
 
 def _renamed(line: str) -> str:
@@ -69,7 +62,7 @@ def _renamed(line: str) -> str:
     return f"{FIELD}: {line}"
 
 
-def check_transfer(cfg: Mapping[str, Any], world_cap: int | None) -> None:
+def check_transfer(run: RunConfig, world_cap: int | None) -> None:
     """Refuse a transfer set that cannot be scored, one line naming the field, before any
     model work. `world_cap` is the world's imported-trace cap (None when it is generated).
 
@@ -77,39 +70,39 @@ def check_transfer(cfg: Mapping[str, Any], world_cap: int | None) -> None:
     lengths; an imported world has no model, so its transfer set must be a trace of the same
     declared model whose lengths fit under the world's cap.
     """
-    ds = transfer_dataset(cfg)
+    ds, world = run.transfer, run.dataset
     if ds is None:
         return
-    if not ds.get("source") or not ds.get("name"):
-        raise ConfigError([f"{FIELD}: no dataset preset; {HOW}"])
-    problems = [_renamed(p) for p in config_problems({"dataset": ds})]
+    # the same checks as the world's dataset, on the composed values (validate.py)
+    problems = [_renamed(p) for p in config_problems({"dataset": asdict(ds)})]
     if problems:
         raise ConfigError(problems)
-    world = dict(cfg["dataset"])
     if promptset_key(ds) == promptset_key(world):
-        raise ConfigError([f"{FIELD}: the same prompt set as dataset={world.get('name')} (same "
+        raise ConfigError([f"{FIELD}: the same prompt set as dataset={world.name} (same "
                            "source, files, filter and split); choose another prompt set"])
     try:
-        cap = label_import_cap(transfer_run_config(cfg))
+        cap = label_import_cap(transfer_run_config(run))
     except ConfigError as exc:
         raise ConfigError([_renamed(p) for p in exc.problems]) from None
     except SourceError as exc:
         raise SourceError(f"{FIELD}: {exc}") from None
-    where = f"{FIELD}.path={ds.get('path')!r}" if ds.get("path") else FIELD
+    path = getattr(ds, "path", None)
+    where = f"{FIELD}.path={path!r}" if path else FIELD
     if world_cap is None and cap is not None:
         raise ConfigError([f"{where}: its rows record lengths, so they would be imported, not "
-                           f"answered by model {cfg['model'].get('name')}; a transfer set is "
-                           "answered by the world's model: give it prompts without lengths"])
+                           f"answered by model {run.model.name}; a transfer set is answered "
+                           "by the world's model: give it prompts without lengths"])
     if world_cap is not None and cap is None:
         raise ConfigError([f"{where}: its rows record no lengths, and the world's labels are "
-                           f"imported (dataset.path={world.get('path')!r}): no model answers "
-                           "its prompts; give a trace of the same model with lengths"])
+                           f"imported (dataset.path={getattr(world, 'path', None)!r}): no model "
+                           "answers its prompts; give a trace of the same model with lengths"])
     if world_cap is None:
         return
-    for key in ("model_name", "tokenizer"):
-        if ds.get(key) != world.get(key):
-            raise ConfigError([f"{FIELD}.{key}={ds.get(key)!r}: the world's trace declares "
-                               f"dataset.{key}={world.get(key)!r}; a transfer set must come "
+    for key in ("model_name", "tokenizer"):  # label import's fields (the jsonl schema's)
+        mine, theirs = getattr(ds, key, None), getattr(world, key, None)
+        if mine != theirs:
+            raise ConfigError([f"{FIELD}.{key}={mine!r}: the world's trace declares "
+                               f"dataset.{key}={theirs!r}; a transfer set must come "
                                "from the same model"])
     if cap > world_cap:
         raise ConfigError([f"{FIELD}.max_length: the transfer trace's cap ({cap}) is above the "
@@ -117,15 +110,16 @@ def check_transfer(cfg: Mapping[str, Any], world_cap: int | None) -> None:
                            "the world's cap with dataset.max_length"])
 
 
-def prepare_transfer(cfg: Mapping[str, Any], world: World, need_features: bool,
+def prepare_transfer(run: RunConfig, world: World, need_features: bool,
                      progress: bool = True, needs: list | None = None) -> World:
     """Build (or reuse) the transfer set's stages with the world's model and settings."""
-    tworld = prepare_world(transfer_run_config(cfg), need_features=need_features,
+    tworld = prepare_world(transfer_run_config(run), need_features=need_features,
                            progress=progress, needs=needs)
     if tworld.model["key"] != world.model["key"]:  # check_transfer refuses this earlier
         raise ConfigError([f"{FIELD}: answered by model key {tworld.model['key']}, not by the "
                            f"world's {world.model['key']}"])
-    tworld.dataset["name"] = world_name(transfer_dataset(cfg), imported=True)
+    ds: DatasetConfig = run.transfer
+    tworld.dataset["name"] = world_name(str(ds.name), getattr(ds, "path", None), imported=True)
     rows, overlap = transfer_rows(world, tworld)
     log.info("transfer set %s: %d rows from %d prompts scored (%d prompts left out: also in "
              "the world's train or val split)", tworld.dataset["name"], len(rows),
@@ -161,11 +155,10 @@ def _block(world: World, tworld: World, rows: np.ndarray, overlap: int) -> dict[
     return {"trained_on": trained_on, "scored_on": scored_on, "error": None}
 
 
-def score_transfer(predictor: Predictor, name: str, world: World, tworld: World, cfg: dict,
-                   seed: int) -> dict[str, Any]:
+def score_transfer(predictor: Predictor, name: str, world: World, tworld: World,
+                   run: RunConfig, seed: int) -> dict[str, Any]:
     """The fitted `predictor` scored on the transfer set: the `transfer` block of its result."""
-    ev = group_settings(cfg, "eval")
-    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
+    n_boot, ci = int(run.eval.n_boot), float(run.eval.ci)
     rows, overlap = transfer_rows(world, tworld)
     block = _block(world, tworld, rows, overlap)
     if len(rows) == 0:
@@ -180,7 +173,7 @@ def score_transfer(predictor: Predictor, name: str, world: World, tworld: World,
     if pred.shape[0] != len(view):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(view)} "
                          "transfer rows")
-    cap = length_cap(cfg)
+    cap = length_cap(run)
     pred, clipped = clean_predictions(pred, name, "predict", cap)
     true, groups = view.lengths, view.group_ids
     censored = tworld.labels["censored"].to_numpy(dtype=bool)[rows]
@@ -198,14 +191,10 @@ def score_transfer(predictor: Predictor, name: str, world: World, tworld: World,
         if rem.shape[0] != len(steps):
             raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
                              f"{len(steps)} transfer steps")
-        rem, rem_clipped = clean_predictions(rem, name, "predict_remaining",
-                                             None if cap is None else cap - steps.t)
-        observed = ev.get("observed_steps")
+        rem, rem_clipped = clean_predictions(rem, name, "predict_remaining", cap - steps.t)
         metrics["dynamic"] = {**dynamic_metrics(
             steps.row, steps.t, true, rem, groups, n_boot=n_boot, seed=seed, ci=ci,
-            n_bins=int(ev["progress_bins"]), censored=censored,
-            observed_steps=None if observed is None else tuple(int(t) for t in observed)),
-            **rem_clipped}
+            n_bins=int(run.eval.progress_bins), censored=censored), **rem_clipped}
         predictions["dynamic_error"] = [
             None if np.isnan(e) else float(e)
             for e in request_errors(steps.row, steps.t, true, rem, censored)]
@@ -214,11 +203,12 @@ def score_transfer(predictor: Predictor, name: str, world: World, tworld: World,
 
 
 def attach_transfer(result: dict[str, Any], predictor: Predictor, name: str, world: World,
-                    tworld: World, cfg: dict, seed: int, raise_on_error: bool = False) -> None:
+                    tworld: World, run: RunConfig, seed: int, raise_on_error: bool = False
+                    ) -> None:
     """Add the `transfer` block to a scored result. A predictor that fails on the transfer set
     keeps its in-world scores; the block records the error instead (re-raised on request)."""
     try:
-        result[FIELD] = score_transfer(predictor, name, world, tworld, cfg, seed)
+        result[FIELD] = score_transfer(predictor, name, world, tworld, run, seed)
     except Exception as exc:
         if raise_on_error:
             raise
@@ -229,11 +219,10 @@ def attach_transfer(result: dict[str, Any], predictor: Predictor, name: str, wor
                                    "traceback": "".join(traceback.format_exception(exc))}}
 
 
-def transfer_noise_floor(world: World, tworld: World, cfg: dict) -> dict[str, Any] | None:
+def transfer_noise_floor(world: World, tworld: World, run: RunConfig) -> dict[str, Any] | None:
     """The noise floor's `transfer` block: the same bounds as the world's reference row, on the
     transfer set's scored rows of prompts with two samples or more, censored ones included (at
     their cut-off, scored as the predictors' are: scoring/noise_floor.py)."""
-    ev = group_settings(cfg, "eval")
     rows, overlap = transfer_rows(world, tworld)
     true = tworld.labels["L"].to_numpy(dtype=np.float64)[rows]
     groups = tworld.labels["prompt_id"].to_numpy()[rows]
@@ -241,12 +230,12 @@ def transfer_noise_floor(world: World, tworld: World, cfg: dict) -> dict[str, An
     pred = noise_floor_predictions(true, groups)
     if not np.isfinite(pred).any():
         return None
-    n_boot, ci = int(ev["n_boot"]), float(ev["ci"])
+    n_boot, ci = int(run.eval.n_boot), float(run.eval.ci)
     keep = np.isfinite(pred)
     block = _block(world, tworld, rows, overlap)
     block["metrics"] = {
         "static": static_metrics(true, pred, groups, n_boot=n_boot, seed=0, ci=ci,
-                                 censored=censored, cap=length_cap(cfg)),
+                                 censored=censored, cap=length_cap(run)),
         "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot, seed=0, ci=ci),
         "dynamic": None}
     block["predictions"] = {"true": true[keep].tolist(), "pred": pred[keep].tolist(),

@@ -184,10 +184,10 @@ def _jsonl_head_problems(field: str, path: Path, head: bytes) -> list[str]:
 
 def _model_problems(model: Mapping[str, Any]) -> list[str]:
     if model.get("source") == "toy":  # the toy block's keys are ToyModelConfig's fields
-        from lenbench.models.loading import toy_config
+        from lenbench.configs.model import ToyModelConfig
 
         try:
-            toy_config(dict(model.get("toy") or {}))
+            ToyModelConfig.from_overrides(dict(model.get("toy") or {}))
         except (TypeError, ValueError) as exc:
             return [str(exc)]
         return []

@@ -40,10 +40,11 @@ def warn_censoring(card: dict) -> None:
                     "skipped (card.json: n_prompts_too_long)", card["n_prompts_too_long"],
                     card.get("n_prompts", 0))
 
-def check_import_needs(ds: dict, need_features: bool, needs: list) -> None:
-    """Imported lengths come without responses or a model: refuse what needs either, at once."""
+def check_import_needs(dataset: str, need_features: bool, needs: list) -> None:
+    """Imported lengths come without responses or a model: refuse what needs either, at once
+    (`dataset` is the preset's name, for the message)."""
     if need_features or any(getattr(n, "target_model", False) for n in needs):
-        raise ConfigError([(f"dataset={ds['name']}: the file gives lengths, not responses or a "
+        raise ConfigError([(f"dataset={dataset}: the file gives lengths, not responses or a "
                            "model, so only text-only predictors (Needs(text=True)) can run on "
                            "it, e.g. predictor.suite=[constant,prompt_length,tfidf_ridge]")])
 

@@ -229,8 +229,9 @@ def test_mlp_probe_and_plp_pass(world) -> None:
 def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:
     """OUTLETS runs its own draft on sequence_token_ids: causal attention and y_{t+1} inputs."""
     from baselines.outlets import Outlets
+    from lenbench.configs.run import FeaturesConfig
     from lenbench.contract.features import FeatureStore
-    from lenbench.features.extract import FeatureConfig, extract_features
+    from lenbench.features.extract import extract_features
 
     model = tiny_llama(n_layers=8, hidden=32, vocab=64, seed=0)
     rng = np.random.default_rng(0)
@@ -243,8 +244,8 @@ def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:
         "L": [L for _, L in shapes]})
     folder = tmp_path / "features"
     folder.mkdir()
-    extract_features(labels, model, folder, FeatureConfig(roles=("mid",), poolings=("last",),
-                                                          step_roles=("mid",)), progress=False)
+    extract_features(labels, model, folder, FeaturesConfig(roles=["mid"], poolings=["last"],
+                                                           step_roles=["mid"]), progress=False)
     store, target = FeatureStore(folder), TargetModel(model, None)
     split = labels["split"].to_numpy()
     train, test = (SplitView(s, labels, np.flatnonzero(split == s), store, target)

@@ -8,7 +8,8 @@ conversion and training, generation and feature extraction are stand-ins; `Stage
 watched so each stage's key is recorded wherever it is built), and takes the identity of the
 first predictor's result as `lenbench` would write it. The figures in tests/data/config_keys.json
 were recorded before the config was typed (`python tests/test_config_keys.py --write` records
-them again, only for a change that means to move keys).
+them again, only for a change that means to move keys); typing the composed config must also
+give back the very mapping it was built from, which results record.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lenbench.cli import CONF_DIR
-from lenbench.configs import load_preset
+from lenbench.configs import RunConfig, load_preset
 from lenbench.stages import Stage
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "config_keys.json"
@@ -91,13 +92,17 @@ def _no_model_work(monkeypatch: pytest.MonkeyPatch, stages: list[tuple[str, str]
             raise _Stop
 
     monkeypatch.setattr(Stage, "__init__", watched)
-    def preset_file(model) -> gguf.GGUFParts:  # named by the sha256 the preset expects
-        files = model["gguf"] if isinstance(model, dict) else model.gguf
-        sha = files["sha256"] if isinstance(files, dict) else files.sha256
-        return gguf.GGUFParts((Path(str(sha)),), {})
+    shas = {}  # each GGUF preset's first file -> the sha256 the preset expects of it
+    for preset in sorted(Path(CONF_DIR, "model").glob("*.yaml")):
+        files = load_preset("model", preset.stem).get("gguf") or {}
+        if files.get("files"):
+            shas[files["files"][0]] = files["sha256"]
+
+    def preset_file(path=None, files=(), install=None) -> gguf.GGUFParts:
+        return gguf.GGUFParts((Path(str(path or files[0])),), {})
 
     monkeypatch.setattr(gguf, "locate_gguf", preset_file)
-    monkeypatch.setattr(gguf, "sha256_of", lambda paths: paths[0].name)
+    monkeypatch.setattr(gguf, "sha256_of", lambda paths: shas[str(paths[0])])
     monkeypatch.setattr(gguf, "convert_gguf", lambda *a, **k: {})
     monkeypatch.setattr("lenbench.models.toy.build_toy_model", lambda *a, **k: {})
 
@@ -132,14 +137,14 @@ def _identity(monkeypatch: pytest.MonkeyPatch, cfg) -> dict[str, Any]:
     return {"config_hash": seen["config_hash"], "config": json.loads(json.dumps(config))}
 
 
-def _stage_keys(cfg: dict, need_features: bool, needs: list) -> dict[str, str]:
+def _stage_keys(run: RunConfig, need_features: bool, needs: list) -> dict[str, str]:
     from lenbench.pipeline import prepare_world
 
     stages: list[tuple[str, str]] = []
     with pytest.MonkeyPatch.context() as mp:
         _no_model_work(mp, stages)
         with contextlib.suppress(_Stop):
-            prepare_world(cfg, need_features=need_features, progress=False, needs=needs)
+            prepare_world(run, need_features=need_features, progress=False, needs=needs)
     return dict(stages)
 
 
@@ -155,12 +160,14 @@ def characterize(name: str, folder: Path) -> dict[str, Any]:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = _compose(CASES[name], folder / "cache")
             container, members = check_run_config(cfg)
+            run = RunConfig.from_composed(container)
+            assert run.to_dict() == container  # typing loses and adds nothing
             needs = [p.needs for _, _, p in build_predictors(members)]
             need_features = any(n.features for n in needs)
-            out: dict[str, Any] = {"stages": _stage_keys(container, need_features, needs)}
-            if container.get("transfer") is not None:
-                out["transfer_stages"] = _stage_keys(transfer_run_config(container),
-                                                     need_features, needs)
+            out: dict[str, Any] = {"stages": _stage_keys(run, need_features, needs)}
+            if run.transfer is not None:
+                out["transfer_stages"] = _stage_keys(transfer_run_config(run), need_features,
+                                                     needs)
             with pytest.MonkeyPatch.context() as mp:
                 out["result"] = _identity(mp, cfg)
     finally:

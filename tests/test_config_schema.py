@@ -255,16 +255,19 @@ def test_the_cli_stops_on_a_predictor_mistake_before_any_stage(tmp_path):
 
 
 def test_code_reads_a_groups_defaults_from_its_schema():
-    """A partial group (a notebook's or a test's dict) is completed from the schema, so code
+    """A partial config (a notebook's or a test's dict) is completed from the schemas, so code
     never restates a default; the composed run config gives the same values."""
-    from omegaconf.errors import ValidationError
+    from dataclasses import asdict
 
-    from lenbench.configs import group_settings
+    from lenbench.configs import RunConfig
 
-    partial = group_settings({"eval": {"n_boot": 20}}, "eval")
-    composed = OmegaConf.to_container(_compose().eval)
-    assert partial == {**composed, "n_boot": 20}
-    assert group_settings({}, "sim") == OmegaConf.to_container(
+    partial = RunConfig.from_composed({"eval": {"n_boot": 20}})
+    assert asdict(partial.eval) == {**OmegaConf.to_container(_compose().eval), "n_boot": 20}
+    assert asdict(partial.sim) == OmegaConf.to_container(
         OmegaConf.structured(SCHEMAS["sim"]["default"]))
-    with pytest.raises(ValidationError, match="n_boot"):
-        group_settings({"eval": {"n_boot": "many"}}, "eval")
+    # a group left out takes the schema of the option the default run composes
+    assert (type(partial.dataset).__name__, type(partial.model).__name__,
+            type(partial.generation).__name__) == ("ToyworldDataset", "ToyModel",
+                                                   "GenerationConfig")
+    with pytest.raises(ValueError, match="n_boot"):
+        RunConfig.from_composed({"eval": {"n_boot": "many"}})

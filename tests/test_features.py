@@ -14,8 +14,9 @@ import pytest
 import torch
 from helpers.models import tiny_llama
 
+from lenbench.configs.run import FeaturesConfig
 from lenbench.contract.features import FeatureStore, role_layers
-from lenbench.features.extract import FeatureConfig, extract_features
+from lenbench.features.extract import extract_features
 
 VOCAB = 64
 # (prompt length n, response length L) per row: mixed, so rows of one batch need padding
@@ -61,10 +62,10 @@ def direct(model, labels):
 
 
 def _extract(model, labels, folder, **kw) -> FeatureStore:
-    cfg = FeatureConfig(**{"roles": ("low", "mid", "high", "last"),
-                           "poolings": ("last", "mean", "entropy"),
-                           "step_roles": ("mid", "high"), "step_stride": 1,
-                           "batch_tokens": 40, **kw})  # small batches: several, padded
+    cfg = FeaturesConfig(**{"roles": ["low", "mid", "high", "last"],
+                            "poolings": ["last", "mean", "entropy"],
+                            "step_roles": ["mid", "high"], "step_stride": 1,
+                            "batch_tokens": 40, **kw})  # small batches: several, padded
     folder.mkdir()
     meta = extract_features(labels, model, folder, cfg, progress=False)
     assert json.loads((folder / "meta.json").read_text()) == meta
@@ -181,13 +182,14 @@ def test_features_config_adds_what_predictors_need_and_nothing_else():
     from lenbench.contract.needs import Needs
     from lenbench.features.extract import features_config
 
-    base = {"roles": ["mid"], "poolings": ["last"], "step_roles": ["mid"], "step_stride": 1}
-    assert features_config(base, [Needs(hidden=("mid",))]) == {**base, "step_poolings": ["last"]}
+    base = FeaturesConfig(roles=["mid"], poolings=["last"], step_roles=["mid"], step_stride=1)
+    assert features_config(base, [Needs(hidden=("mid",))]) == base
     grown = features_config(base, [Needs(hidden=("last",), pooling=("entropy",), steps=True,
                                          step_pooling=("entropy",))])
-    assert grown["roles"] == ["mid", "last"] and grown["poolings"] == ["last", "entropy"]
-    assert grown["step_roles"] == ["mid", "last"]
-    assert grown["step_poolings"] == ["last", "entropy"]
+    assert grown.roles == ["mid", "last"] and grown.poolings == ["last", "entropy"]
+    assert grown.step_roles == ["mid", "last"]
+    assert grown.step_poolings == ["last", "entropy"]
+    assert base.roles == ["mid"]  # the configured features are left as they were
 
 
 # --- memory-bounded entropy: tiles of the logits, softcapping, only the needed hidden states ---

@@ -114,6 +114,13 @@ def _cfg(cache: Path, *overrides: str):
             "threads=1", f"paths.cache_dir={cache}", *overrides])
 
 
+def _typed(cfg):
+    """The composed config as the CLI hands it to the pipeline."""
+    from lenbench.cli import resolved_config, typed_config
+
+    return typed_config(resolved_config(cfg))
+
+
 def _cache_with_toy_model(root: Path, session_cache: Path) -> Path:
     """A fresh cache folder that reuses the session's toy_tiny model (no retraining)."""
     root.mkdir()
@@ -123,8 +130,6 @@ def _cache_with_toy_model(root: Path, session_cache: Path) -> Path:
 
 def test_pipeline_workers_then_sweep_equal_one_process(toy_tiny_path, session_cache, tmp_path,
                                                        monkeypatch):
-    from omegaconf import OmegaConf
-
     from lenbench import cli, pipeline
 
     workers_cache = _cache_with_toy_model(tmp_path / "workers", session_cache)
@@ -142,12 +147,11 @@ def test_pipeline_workers_then_sweep_equal_one_process(toy_tiny_path, session_ca
     # the sweep that follows reads the merged labels without loading the target model
     monkeypatch.setattr(pipeline, "load_target",
                         lambda *a, **k: pytest.fail("labels are cached: no model load"))
-    world = pipeline.prepare_world(OmegaConf.to_container(_cfg(workers_cache), resolve=True),
-                                   need_features=False, progress=False)
+    world = pipeline.prepare_world(_typed(_cfg(workers_cache)), need_features=False,
+                                   progress=False)
     monkeypatch.undo()
     one_cache = _cache_with_toy_model(tmp_path / "one", session_cache)
-    ref = pipeline.prepare_world(OmegaConf.to_container(_cfg(one_cache), resolve=True),
-                                 need_features=False, progress=False)
+    ref = pipeline.prepare_world(_typed(_cfg(one_cache)), need_features=False, progress=False)
     pd.testing.assert_frame_equal(world.labels, ref.labels)
     assert world.keys["generate"] == ref.keys["generate"]  # workers are not in the cache key
     assert world.generation_card["num_workers"] == 2 and ref.generation_card["num_workers"] == 1
@@ -166,14 +170,13 @@ def test_pipeline_dispatches_openai_backend_without_loading_weights(
     """generation=openai through the generate stage: the toy server's greedy labels equal the hf
     backend's, and the pipeline loads only the tokenizer (no weights) to get them."""
     from helpers.servers import ToyServer, free_port
-    from omegaconf import OmegaConf
 
     from lenbench import pipeline
 
     greedy = ["generation.temperature=0.0", "generation.n_samples=1",
               "generation.keep_censored=true"]
-    hf = pipeline.prepare_world(OmegaConf.to_container(_cfg(
-        _cache_with_toy_model(tmp_path / "hf", session_cache), *greedy), resolve=True),
+    hf = pipeline.prepare_world(_typed(_cfg(
+        _cache_with_toy_model(tmp_path / "hf", session_cache), *greedy)),
         need_features=False, progress=False)
     server = ToyServer(toy_tiny_path, free_port())
     try:
@@ -182,8 +185,7 @@ def test_pipeline_dispatches_openai_backend_without_loading_weights(
         cfg = _cfg(_cache_with_toy_model(tmp_path / "oa", session_cache), *greedy,
                    "generation=openai", f"generation.base_url={server.url}",
                    "generation.concurrency=2")
-        oa = pipeline.prepare_world(OmegaConf.to_container(cfg, resolve=True),
-                                    need_features=False, progress=False)
+        oa = pipeline.prepare_world(_typed(cfg), need_features=False, progress=False)
     finally:
         server.stop()
     cols = ["prompt_id", "sample_idx", "prompt_token_ids", "output_token_ids", "L",

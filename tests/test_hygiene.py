@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from lenbench import Needs, Predictor
+from lenbench.configs import RunConfig
 from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.evaluate import evaluate_predictor, noise_floor_result
 from lenbench.pipeline import World
@@ -58,8 +59,8 @@ def small_world(cap: int = 100) -> World:
                  fingerprints={"labels": "abc", "features": None})
 
 
-CFG = {"dataset": {"name": "w"}, "eval": {"n_boot": 20}, "sim": {"enabled": False},
-       "generation": {"max_new_tokens": 100}}
+CFG = RunConfig.from_composed({"dataset": {"name": "w"}, "eval": {"n_boot": 20},
+                               "sim": {"enabled": False}, "generation": {"max_new_tokens": 100}})
 
 
 @pytest.mark.parametrize(("value", "low", "high", "scored_as"), [

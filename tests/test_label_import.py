@@ -13,6 +13,7 @@ import pytest
 from baselines.constant import ConstantPredictor
 from baselines.prompt_length import PromptLengthPredictor
 from baselines.tfidf_ridge import TfidfRidgePredictor
+from lenbench.configs import RunConfig
 from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.contract.views import SplitView
 from lenbench.data.promptset import build_promptset, load_source
@@ -198,7 +199,8 @@ def test_imported_labels_reach_the_leaderboard(tmp_path: Path) -> None:
                            "n_test_prompts": int(test["prompt_id"].nunique()),
                            "mean_L": card["mean_L"]},
                   model={"name": "my-model", "key": "m", "path": ""})
-    cfg = {"dataset": {"name": "trace"}, "eval": {"n_boot": 50}, "sim": {"enabled": False}}
+    cfg = RunConfig.from_composed({"dataset": {"name": "trace"}, "eval": {"n_boot": 50},
+                                   "sim": {"enabled": False}})
     for name, target in [("tfidf_ridge", "tfidf_ridge.TfidfRidgePredictor"),
                          ("constant", "constant.ConstantPredictor"),
                          ("prompt_length", "prompt_length.PromptLengthPredictor")]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.leaderboard import schedule
 
-from lenbench.evaluate import schedule
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
 

@@ -47,16 +47,20 @@ def test_missing_binary_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_config_keys_and_gguf_location():
+    from lenbench.configs import group_config
     from lenbench.generation.backends import BACKENDS, label_key
     from lenbench.generation.llamacpp_backend import locate_model_gguf
 
     assert "llamacpp" in BACKENDS
     # throughput settings reuse labels; another GGUF file makes other labels
-    assert label_key({"backend": "llamacpp", "slots": 8, "threads": 2, "url": "http://h:1",
-                      "gguf": None}) == {}
-    assert label_key({"backend": "llamacpp", "gguf": "/m/q8.gguf"}) == {"gguf": "/m/q8.gguf"}
+    def llamacpp(**settings):
+        return group_config("generation", {"backend": "llamacpp", "extra_body": None,
+                                           **settings})
+
+    assert label_key(llamacpp(slots=8, threads=2, url="http://h:1", gguf=None)) == {}
+    assert label_key(llamacpp(gguf="/m/q8.gguf")) == {"gguf": "/m/q8.gguf"}
     with pytest.raises(ValueError, match="needs a GGUF file"):
-        locate_model_gguf({"model_path": None, "model_gguf": None}, None)
+        locate_model_gguf(llamacpp(model_path=None, model_gguf=None), None)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from helpers.servers import (
     openai_client,
 )
 
+from lenbench.configs import group_config
 from lenbench.generation.openai_backend import (
     OpenAIGenerator,
     ServerError,
@@ -267,9 +268,10 @@ def _ok(ids, reason="length"):
 
 
 def _scripted_client(url, **kw):
-    args = {"base_url": url, "model": "scripted", "concurrency": 1, "max_retries": 3,
-            "timeout_s": 5, "backoff_s": 0.01, **kw}
-    return OpenAIGenerator.from_config(args, None, [1])
+    gen = group_config("generation", {"backend": "openai", "base_url": url, "model": "scripted",
+                                      "concurrency": 1, "max_retries": 3, "timeout_s": 5,
+                                      "backoff_s": 0.01, **kw})
+    return OpenAIGenerator.from_config(gen, None, [1])
 
 
 REQ = [GenRequest((5, 6, 7), (0, 1, 0))]

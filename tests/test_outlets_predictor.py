@@ -91,6 +91,7 @@ def test_predictions_have_the_right_shapes_and_survive_save_and_load(e2e, tmp_pa
     from helpers.cli import E2E_UPSTREAM, REPO
     from hydra import compose, initialize_config_dir
 
+    from lenbench.configs import RunConfig
     from lenbench.evaluate import views
     from lenbench.pipeline import prepare_world
 
@@ -99,7 +100,8 @@ def test_predictions_have_the_right_shapes_and_survive_save_and_load(e2e, tmp_pa
                                            *QUICK])
     container = OmegaConf.to_container(cfg, resolve=True)
     pred = instantiate_predictor(container["predictor"])
-    world = prepare_world(container, need_features=True, progress=False, needs=[pred.needs])
+    world = prepare_world(RunConfig.from_composed(container), need_features=True,
+                          progress=False, needs=[pred.needs])
     train, val, test = views(world, world.target())
     pred.fit(train, val)
     hidden = test.hide_labels()

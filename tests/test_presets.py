@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lenbench.cli import CONF_DIR
+from lenbench.configs import RunConfig
 from lenbench.models.chat import render_prompt
 from lenbench.pipeline import generation_stage_config
 
@@ -108,20 +109,19 @@ def test_template_kwargs_reach_prompts_and_cache_key(toy_tiny):
     assert "think" in tok.decode(off) and "think" not in tok.decode(plain)
     assert render_prompt(tok, "list three fruits", {"enable_thinking": True}) == plain
 
-    base = OmegaConf.to_container(_compose("model=qwen3-30b-a3b"), resolve=True)
-    nothink = OmegaConf.to_container(_compose("model=qwen3-30b-a3b-nothink"), resolve=True)
-    key_on, key_off = (generation_stage_config(c, "m") for c in (base, nothink))
+    def key(*overrides: str) -> dict:
+        run = RunConfig.from_composed(OmegaConf.to_container(_compose(*overrides), resolve=True))
+        return generation_stage_config(run.generation, run.model, "m")
+
+    key_on, key_off = key("model=qwen3-30b-a3b"), key("model=qwen3-30b-a3b-nothink")
     assert key_on["chat_template_kwargs"] == {"enable_thinking": True}
     assert key_on != key_off
     # throughput settings and the worker layout are not in the key; the length filter is, if set
-    tweaked = OmegaConf.to_container(_compose(
-        "model=qwen3-30b-a3b", "generation.batch_size=7", "generation.workers=4",
-        "generation.worker=2"), resolve=True)
-    assert generation_stage_config(tweaked, "m") == key_on
+    assert key("model=qwen3-30b-a3b", "generation.batch_size=7", "generation.workers=4",
+               "generation.worker=2") == key_on
     assert "max_length_exclusive" not in key_on
-    limited = OmegaConf.to_container(_compose("model=qwen3-30b-a3b",
-                                              "generation.max_length_exclusive=100"), resolve=True)
-    assert generation_stage_config(limited, "m")["max_length_exclusive"] == 100
+    assert key("model=qwen3-30b-a3b",
+               "generation.max_length_exclusive=100")["max_length_exclusive"] == 100
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.leaderboard import synthetic_result
+from helpers.leaderboard import schedule, synthetic_result
 from helpers.worlds import CFG, TrainQuantiles, make_world
 
-from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, schedule
+from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result
 from lenbench.leaderboard import build_leaderboard
 from lenbench.leaderboard.rows import main_legend
 from lenbench.leaderboard.table import load_table

@@ -133,7 +133,8 @@ def test_the_scheduling_block_is_kept_until_its_own_tool_rescores_it(fresh: dict
     """This tool recomputes static figures only: a file whose static figures are current is left
     alone, and an older file's scheduling block, whose rules a later protocol changed, is kept
     and said to be, until `rescore_scheduling` recomputes it."""
-    from lenbench.evaluate import schedule
+    from helpers.leaderboard import schedule
+
     from lenbench.rescore_scheduling import rescore_result as rescore_scheduling_of
 
     sim = {"enabled": True, "n_prefill": 1, "n_decode": 1, "max_num_seqs": 4,

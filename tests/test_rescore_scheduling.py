@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.leaderboard import GOLDEN
+from helpers.leaderboard import GOLDEN, schedule
 
-from lenbench.evaluate import schedule
 from lenbench.models.shipped_toy import read_card
 from lenbench.rescore_scheduling import (
     check_loads_without_generating,
     main,
     rescore_result,
     shipped_world_of,
+    stored_world_config,
     world_prompt_lengths,
 )
 from lenbench.results import PROTOCOL_VERSION, load_results
@@ -155,11 +156,11 @@ def test_a_shipped_world_is_found_by_the_results_labels_fingerprint() -> None:
     named = {**other_labels, "config": {**result["config"], "generation": {
         **result["config"]["generation"], "shipped": "smollm2_sharegpt"}}}
     assert shipped_world_of(named) == "smollm2_sharegpt"
-    check_loads_without_generating(result, result["config"], "toyworld")
-    cfg = result["config"]
-    retrained = {**cfg, "model": {**cfg["model"], "toy": {**cfg["model"]["toy"], "seed": 1}}}
+    cfg = stored_world_config(result)
+    check_loads_without_generating(result, cfg, "toyworld")
+    retrained = replace(cfg, model=replace(cfg.model, toy={**cfg.model.toy, "seed": 1}))
     with pytest.raises(ValueError, match="model.toy"):  # other weights: would be trained here
         check_loads_without_generating(result, retrained, "toyworld")
-    hotter = {**cfg, "generation": {**cfg["generation"], "temperature": 0.5}}
+    hotter = replace(cfg, generation=replace(cfg.generation, temperature=0.5))
     with pytest.raises(ValueError, match="generation: .*temperature"):  # would be sampled here
         check_loads_without_generating(result, hotter, "toyworld")

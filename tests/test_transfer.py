@@ -9,6 +9,7 @@ prompts, the OUTLETS cross-domain setting in miniature.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 from lenbench import Predictor
-from lenbench.cli import CONF_DIR
+from lenbench.cli import CONF_DIR, typed_config
+from lenbench.configs import RunConfig
 from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.leaderboard import build_leaderboard
 from lenbench.pipeline import World
@@ -195,7 +197,7 @@ def _jsonl_preset(path: Path, **more) -> dict:
 
 def _problem(cfg: dict, cap: int | None = None) -> str:
     with pytest.raises(ConfigError) as err:
-        check_transfer(cfg, cap)
+        check_transfer(typed_config(cfg), cap)
     [line] = err.value.problems
     return line
 
@@ -233,7 +235,8 @@ def test_an_imported_world_needs_a_trace_of_the_same_model(tmp_path):
     assert "record no lengths" in _problem(_cfg(tmp_path, _jsonl_preset(plain), ds), cap=27)
     line = _problem(_cfg(tmp_path, _jsonl_preset(away, model_name="qwen"), ds), cap=27)
     assert line.startswith("transfer.model_name='qwen'")
-    check_transfer(_cfg(tmp_path, _jsonl_preset(away, model_name="llama"), ds), 27)  # fine
+    check_transfer(typed_config(_cfg(tmp_path, _jsonl_preset(away, model_name="llama"), ds)),
+                   27)  # fine
 
 
 def test_a_typo_under_transfer_fails_at_compose_time_naming_the_field():
@@ -320,11 +323,13 @@ def test_the_transfer_set_takes_no_dense_prompts():
 
     gen = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 1024, "n_samples": 2,
            "dense_prompts": 200, "dense_n_samples": 8, "dense_split": "test"}
-    cfg = {"dataset": {"name": "home"}, "transfer": {"name": "away"}, "generation": gen}
+    cfg = RunConfig.from_composed({"dataset": {"name": "home"}, "generation": gen,
+                                   "transfer": {"name": "away", "source": "toyworld"}})
     run = transfer_run_config(cfg)
-    assert run["dataset"] == {"name": "away"} and run["transfer"] is None
-    assert run["generation"] == {**gen, "dense_prompts": None, "dense_n_samples": None,
-                                 "dense_split": None}
-    assert cfg["generation"]["dense_prompts"] == 200  # the world's own config is untouched
-    plain = {**cfg, "generation": {"n_samples": 2, "dense_prompts": None}}
-    assert transfer_run_config(plain)["generation"] is plain["generation"]
+    assert run.dataset == cfg.transfer and run.dataset.name == "away" and run.transfer is None
+    assert run.generation == replace(cfg.generation, dense_prompts=None, dense_n_samples=None,
+                                     dense_split=None)
+    assert cfg.generation.dense_prompts == 200  # the world's own config is untouched
+    plain = replace(cfg, generation=replace(cfg.generation, dense_prompts=None,
+                                            dense_n_samples=None, dense_split=None))
+    assert transfer_run_config(plain).generation is plain.generation

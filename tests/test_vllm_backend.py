@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import sys
 import types
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
+from lenbench.configs import RunConfig, group_config
 from lenbench.generation.backends import GenerationTarget, label_key, make_generator
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.openai_backend import request_seed
@@ -179,15 +181,14 @@ def _target(**kw) -> GenerationTarget:
                             **kw)
 
 
-def _gen_cfg(*overrides: str) -> dict:
+def _gen_cfg(*overrides: str):
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    from lenbench.cli import CONF_DIR
+    from lenbench.cli import CONF_DIR, resolved_config
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=["generation=vllm", *overrides])
-    return OmegaConf.to_container(cfg.generation, resolve=True)
+    return RunConfig.from_composed(resolved_config(cfg)).generation
 
 
 def test_make_generator_builds_vllm_from_the_config_group(monkeypatch):
@@ -216,21 +217,26 @@ def test_dispatch_hf_openai_and_unknown(monkeypatch):
     model = tiny_llama(n_layers=2, hidden=16, vocab=32)
     target = GenerationTarget("/m", None, "float32", None,
                               load=lambda: SimpleNamespace(model=model, tokenizer=None))
-    hf = make_generator({"backend": "hf", "batch_size": 5}, target, EOS)
+    hf = make_generator(group_config("generation", {"backend": "hf", "batch_size": 5}), target,
+                        EOS)
     assert isinstance(hf, HFGenerator) and hf.batch_size == 5
     from lenbench.generation.openai_backend import OpenAIGenerator
 
-    oa = make_generator({"backend": "openai", "base_url": "http://127.0.0.1:9"}, target, EOS)
+    oa = make_generator(group_config("generation", {"backend": "openai",
+                                                    "base_url": "http://127.0.0.1:9"}),
+                        target, EOS)
     assert isinstance(oa, OpenAIGenerator)
     with pytest.raises(ValueError, match="generation.backend='tgi' is unknown"):
-        make_generator({"backend": "tgi"}, target, EOS)
+        make_generator(group_config("generation", {"backend": "tgi"}), target, EOS)
 
 
 def test_only_label_changing_keys_enter_the_cache_key():
     base = _gen_cfg()
     assert label_key(base) == {}  # unset dtype / quantization / sampling_extra add nothing
-    assert label_key({**base, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.5,
-                      "max_num_seqs": 64}) == {}
-    assert label_key({**base, "dtype": "float16", "sampling_extra": {"top_k": 20}}) == \
+    assert label_key(replace(base, tensor_parallel_size=8, gpu_memory_utilization=0.5,
+                             max_num_seqs=64)) == {}
+    assert label_key(replace(base, dtype="float16", sampling_extra={"top_k": 20})) == \
         {"dtype": "float16", "sampling_extra": {"top_k": 20}}
-    assert label_key({"backend": "openai", "model": "m", "concurrency": 64}) == {"model": "m"}
+    openai = group_config("generation", {"backend": "openai", "model": "m", "concurrency": 64,
+                                         "extra_body": None})
+    assert label_key(openai) == {"model": "m"}

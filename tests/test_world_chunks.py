@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lenbench.configs import group_config
 from lenbench.generation.protocol import GenResult, GenStats, SamplingConfig
 from lenbench.generation.runner import generate_labels
 from lenbench.scoring.fingerprints import labels_fingerprint
@@ -35,7 +36,8 @@ def test_wanted_samples_follow_the_dense_split_rule():
     prompts = pd.DataFrame({"prompt_id": list("abcdef"),
                             "split": ["train", "test", "test", "train", "test", "test"]})
     fits = [True, True, False, True, True, True]  # c is over the prompt-token limit
-    gen = {"n_samples": 2, "dense_prompts": 2, "dense_n_samples": 4, "dense_split": "test"}
+    gen = group_config("generation", {"n_samples": 2, "dense_prompts": 2, "dense_n_samples": 4,
+                                      "dense_split": "test"})
     got = wanted_samples(prompts, fits, gen)
     per_prompt = pd.Series([prompts.at[i, "prompt_id"] for i, _ in got]).value_counts().to_dict()
     assert per_prompt == {"a": 2, "b": 4, "d": 2, "e": 4, "f": 2}
@@ -138,8 +140,9 @@ def test_a_complete_worlds_fingerprint_is_the_generate_stages(tmp_path):
     prompts = pd.DataFrame({"prompt_id": [f"{i:032x}" for i in range(1, 7)],
                             "split": ["train", "test", "test", "val", "test", "train"],
                             "text": ["ab", "abcdefgh", "c", "dddd", "ee", "f"]})
-    gen = {"n_samples": 2, "dense_prompts": 2, "dense_n_samples": 3, "dense_split": "test",
-           "keep_censored": False, "max_length_exclusive": 6, "max_prompt_tokens": 5}
+    gen = group_config("generation", {
+        "n_samples": 2, "dense_prompts": 2, "dense_n_samples": 3, "dense_split": "test",
+        "keep_censored": False, "max_length_exclusive": 6, "max_prompt_tokens": 5})
 
     def run(out, **kw):
         args = {"n_samples": 2, "shard_prompts": 2, "max_prompt_tokens": 5, "progress": False,
@@ -151,7 +154,7 @@ def test_a_complete_worlds_fingerprint_is_the_generate_stages(tmp_path):
     labels = run(tmp_path / "labels", keep_censored=False, max_length_exclusive=6)
     every = run(tmp_path / "every", keep_censored=True)
     assert every["censored"].any() and (every.loc[~every["censored"], "L"] >= 6).any()
-    fits = [len(t) <= gen["max_prompt_tokens"] for t in prompts["text"]]
+    fits = [len(t) <= gen.max_prompt_tokens for t in prompts["text"]]
     wanted = [(prompts.at[i, "prompt_id"], s) for i, s in wanted_samples(prompts, fits, gen)]
     chunks = every.sample(frac=1, random_state=0)[["prompt_id", "sample_idx", "split", "L",
                                                    "finish_reason"]]

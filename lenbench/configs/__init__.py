@@ -4,34 +4,23 @@ A YAML preset in conf/ starts from its schema (`- /schema/<group>/<schema>@_here
 defaults) and sets only what differs, so every default is written once, in the dataclass. Hydra
 merges presets and overrides into the typed node: an unknown key or a value of the wrong type
 fails at compose time, naming the field. `register()` runs on `import lenbench`.
+
+Where a config is composed (the CLI, the world-building tools, tests) it is typed once, as a
+`RunConfig` (configs/run.py), whose parts are these schemas' dataclasses; code below reads
+their fields, never the composed mapping's keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from lenbench.configs import dataset, generation, model
-from lenbench.configs.run import (
-    EvalConfig,
-    FeaturesConfig,
-    LenbenchConfig,
-    PathsConfig,
-    SimSettings,
-)
+from lenbench.configs.run import GROUP_SCHEMAS, LenbenchConfig, RunConfig, group_config
 
-SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": dataset.SCHEMAS,
-    "model": model.SCHEMAS,
-    "generation": generation.SCHEMAS,
-    "features": {"default": FeaturesConfig},
-    "eval": {"default": EvalConfig},
-    "paths": {"default": PathsConfig},
-    "sim": {"default": SimSettings},
-}
+SCHEMAS: dict[str, dict[str, type]] = GROUP_SCHEMAS
+__all__ = ["SCHEMAS", "RunConfig", "group_config", "load_preset", "preset_config", "register"]
 
 
 def register() -> None:
@@ -68,11 +57,6 @@ def load_preset(group: str, name: str, conf_dir: Path = CONF_DIR) -> dict[str, A
     return OmegaConf.to_container(OmegaConf.merge(merged, own), resolve=True)
 
 
-def group_settings(cfg: Mapping[str, Any], group: str, schema: str = "default") -> dict[str, Any]:
-    """`cfg[group]` over its schema's defaults, as plain values, type-checked.
-
-    Code reads every key of a group without restating its default: a composed run config has
-    them all already, and a partial dict (built in a notebook or a test) gets the schema's.
-    """
-    node = OmegaConf.merge(OmegaConf.structured(SCHEMAS[group][schema]), dict(cfg.get(group) or {}))
-    return OmegaConf.to_container(node, resolve=True)
+def preset_config(group: str, name: str, conf_dir: Path = CONF_DIR) -> Any:
+    """One group option as its schema's dataclass, as `group=name` composes it."""
+    return group_config(group, load_preset(group, name, conf_dir))

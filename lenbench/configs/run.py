@@ -1,13 +1,21 @@
-"""The schemas of the single-option groups (features, eval, paths, sim) and of the root config."""
+"""The schemas of the single-option groups (features, eval, paths, sim), the root config's
+schema, and `RunConfig`: the composed config as typed objects, built once by each entry point."""
 
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
+from lenbench.configs import dataset, generation, model
+from lenbench.configs.dataset import DatasetConfig
+from lenbench.configs.generation import GenerationConfig
+from lenbench.configs.model import ModelConfig
 from lenbench.sim.config import SimConfig
 
 
@@ -61,7 +69,13 @@ def _sim_schema() -> type:
         default = field(default=f.default) if f.default is not dataclasses.MISSING \
             else field(default_factory=f.default_factory)
         fields.append((f.name, _omegaconf_type(hints[f.name]), default))
-    return dataclasses.make_dataclass("SimSettings", fields)
+    return dataclasses.make_dataclass("SimSettings", fields, namespace={
+        "simulation": _simulation, "__module__": __name__})
+
+
+def _simulation(self: Any) -> SimConfig:
+    """The simulator's config (`enabled` is the run's switch, not the simulator's)."""
+    return SimConfig.from_dict(dataclasses.asdict(self))
 
 
 SimSettings = _sim_schema()
@@ -85,3 +99,138 @@ class LenbenchConfig:
     device: str = "auto"       # auto | cpu | cuda | cuda:N
     progress: bool = True      # rich progress bars
     debug: bool = False        # true: user errors (bad config, bad input) show their traceback
+
+
+# Each group's options (`group=option` picks one; a single-option group has `default`). The
+# transfer set is a dataset preset, so it takes the dataset group's schemas.
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "dataset": dataset.SCHEMAS,
+    "model": model.SCHEMAS,
+    "generation": generation.SCHEMAS,
+    "features": {"default": FeaturesConfig},
+    "eval": {"default": EvalConfig},
+    "paths": {"default": PathsConfig},
+    "sim": {"default": SimSettings},
+}
+# The key that names a group's option in its values, and the option conf/config.yaml chooses
+DEFAULT_OPTION = {"dataset": ("source", "toyworld"), "model": ("source", "toy"),
+                  "generation": ("backend", "hf")}
+
+
+def _names(schema: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(schema)}
+
+
+def group_schema(group: str, values: Mapping[str, Any]) -> type:
+    """The schema `values` were composed from: the one whose fields are exactly its keys (a
+    composed group has every key of its schema), else, for a partial group, the option its
+    `source`/`backend` names, else the default run's option (conf/config.yaml)."""
+    options = GROUP_SCHEMAS["dataset" if group == "transfer" else group]
+    if len(options) == 1:
+        return next(iter(options.values()))
+    key, default = DEFAULT_OPTION["dataset" if group == "transfer" else group]
+    keys = set(values)
+    fits = [s for s in options.values() if keys <= _names(s)]
+    exact = [s for s in fits if _names(s) == keys]
+    chosen = values.get(key) or default
+
+    def named(schema: type) -> bool:
+        return getattr(schema, key, None) == chosen or schema is options.get(chosen)
+
+    for candidates in ([s for s in exact if named(s)], exact, [s for s in fits if named(s)], fits):
+        if candidates:
+            return candidates[0]
+    unknown = sorted(keys - _names(options.get(chosen, next(iter(options.values())))))
+    raise ValueError(f"{group}: no {group} schema has the keys {unknown}")
+
+
+def group_config(group: str, values: Mapping[str, Any] | None) -> Any:
+    """One group's values as its schema's dataclass; keys left out take the schema's defaults.
+    A required key left out (`???`) or a key no schema has is a ValueError naming it."""
+    return _typed(group, OmegaConf.to_container(_node(group, values or {}), resolve=True))
+
+
+def _node(group: str, values: Mapping[str, Any]) -> DictConfig:
+    return OmegaConf.merge(OmegaConf.structured(group_schema(group, values)), dict(values))
+
+
+def _typed(group: str, values: Mapping[str, Any]) -> Any:
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(_node(group, values))
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"{group}.{getattr(exc, 'full_key', '')}: "
+                         f"{str(getattr(exc, 'msg', exc)).splitlines()[0]}") from None
+
+
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """The run's config as typed objects: one schema dataclass per group.
+
+    Built once, by `from_composed`, where a config is composed (the CLI, the world-building
+    tools, tests); below that each stage and loader receives the parts it needs, never the
+    whole mapping, so no module re-reads keys or reshapes them on the way. The parts are the
+    schema classes Hydra composes into (plain dataclasses, as Hydra needs them mutable): treat
+    them as values and change them with `dataclasses.replace`. `to_dict` gives back the
+    composed mapping, which results record and hash.
+    """
+
+    paths: PathsConfig
+    dataset: DatasetConfig
+    transfer: DatasetConfig | None = None  # a second prompt set (dataset@transfer=...)
+    model: ModelConfig
+    generation: GenerationConfig
+    features: FeaturesConfig
+    predictor: dict[str, Any] = field(default_factory=dict)  # constructor arguments: the class
+    #                                                          is the schema (contract/instantiate)
+    eval: EvalConfig
+    sim: Any  # SimSettings
+    seed: int = 0
+    threads: int = 1
+    device: str = "auto"
+    progress: bool = True
+    debug: bool = False
+
+    @classmethod
+    def from_composed(cls, cfg: Mapping[str, Any] | DictConfig) -> RunConfig:
+        """The typed config of a composed one (a DictConfig or its resolved container). A
+        partial mapping (a notebook, a test) is completed as `lenbench` with no override would
+        compose it: each group's schema defaults (the default run's option where the group
+        does not name one), interpolations resolved across groups."""
+        from omegaconf.errors import OmegaConfBaseException
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=False)
+        groups = {f.name for f in dataclasses.fields(cls)} & set(GROUP_SCHEMAS) | {"transfer"}
+        root = OmegaConf.create({k: v for k, v in cfg.items() if k not in groups})
+        for group in sorted(groups):
+            values = cfg.get(group)
+            if group == "transfer" and values is not None and not values.get("source"):
+                raise ValueError("transfer: no dataset preset; choose it with "
+                                 "dataset@transfer=PRESET, e.g. dataset@transfer=jsonl "
+                                 "transfer.path=FILE")
+            try:
+                root[group] = None if group == "transfer" and values is None else \
+                    _node(group, values or {})
+            except OmegaConfBaseException as exc:
+                raise ValueError(f"{group}.{getattr(exc, 'full_key', '')}: "
+                                 f"{str(getattr(exc, 'msg', exc)).splitlines()[0]}") from None
+        root["predictor"] = cfg.get("predictor") or {}
+        plain = OmegaConf.to_container(root, resolve=True, throw_on_missing=False)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(plain) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a key of the config")
+        return cls(**{k: _typed(k, v) if k in groups and v is not None else v
+                      for k, v in plain.items()})
+
+    def to_dict(self, only: Iterable[str] | None = None) -> dict[str, Any]:
+        """The composed config as plain values (what a result records as its `config`), or
+        only the named parts of it."""
+        names = [f.name for f in dataclasses.fields(self)] if only is None else list(only)
+        return {name: _plain(getattr(self, name)) for name in names}

@@ -13,11 +13,14 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from lenbench.configs.dataset import DatasetConfig
 from lenbench.data.sources import BUILTIN_SOURCES
 from lenbench.data.sources.rows import RawPrompt, Rejected
 
@@ -158,23 +161,28 @@ def load_source(name: str, **kwargs) -> Iterable[RawPrompt | Rejected]:
     return SOURCES[name](**kwargs)
 
 
-def source_from_config(ds: Mapping) -> Iterable[RawPrompt | Rejected]:
-    """Open the source a dataset config names, passing it the config keys it declares.
+def _settings(ds: DatasetConfig, params: Iterable[str]) -> dict[str, Any]:
+    """The dataset fields a source's signature names (its schema may lack some of them)."""
+    names = {f.name for f in fields(ds)}
+    return {k: getattr(ds, k) for k in params if k in names and k != "source_args"}
 
-    Each source takes only the keys in its signature (path, turns, language, ...); the rest
+
+def source_from_config(ds: DatasetConfig) -> Iterable[RawPrompt | Rejected]:
+    """Open the source a dataset config names, passing it the fields its signature declares.
+
+    Each source takes only the fields in its signature (path, turns, language, ...); the rest
     (split, min_words, limit, ...) belong to `build_promptset`. `source_args:` (a mapping) is
     passed as is, for user-registered sources with arguments of their own.
     """
-    name = ds["source"]
+    name = ds.source
     if name not in SOURCES:
         raise KeyError(f"dataset.source={name!r} is unknown; available: {sorted(SOURCES)}")
-    params = inspect.signature(SOURCES[name]).parameters
-    kwargs = {k: v for k, v in ds.items() if k in params and k != "source_args"}
-    kwargs.update(ds.get("source_args") or {})
+    kwargs = _settings(ds, inspect.signature(SOURCES[name]).parameters)
+    kwargs.update(ds.source_args or {})
     return SOURCES[name](**kwargs)
 
 
-def source_fingerprint(ds: Mapping) -> str | None:
+def source_fingerprint(ds: DatasetConfig) -> str | None:
     """Identity of a local `dataset.path` or of the file a `dataset.package` ships, for the
     promptset cache key.
 
@@ -184,12 +192,14 @@ def source_fingerprint(ds: Mapping) -> str | None:
     a new virtual environment, reach the same key and reuse what is cached under it). None for
     hub or generated sources, whose identity is their config.
     """
-    path, h, packaged = ds.get("path"), hashlib.sha256(), False
-    if not path and ds.get("package"):
+    # file sources have a path, the wheel's schema a package; the others neither
+    path, package = getattr(ds, "path", None), getattr(ds, "package", None)
+    h, packaged = hashlib.sha256(), False
+    if not path and package:
         from lenbench.data.sources.reading import SourceError, package_file
 
         try:
-            path, pkg = package_file(ds["package"])
+            path, pkg = package_file(package)
         except SourceError:
             return None  # the source itself reports the missing package
         h.update(f"{pkg['distribution']}=={pkg['version']}\n".encode())
@@ -231,7 +241,7 @@ READING_ONLY_ARGS = frozenset({"streaming", "hf_cache_dir", "strict"})
 PROMPTSET_VERSION = 1
 
 
-def promptset_key(ds: Mapping) -> dict:
+def promptset_key(ds: DatasetConfig) -> dict:
     """The PromptSet cache key: an explicit view of what changes the prompts and their split.
 
     The source's name and the arguments its signature reads (less those that only change how it
@@ -239,15 +249,16 @@ def promptset_key(ds: Mapping) -> dict:
     or package, plus a version. A key the source does not read (the file sources' `seed`) or a
     field added to a schema later never shifts it.
     """
-    name = ds["source"]
+    name = ds.source
     params = inspect.signature(SOURCES[name]).parameters if name in SOURCES else {}
+    args = _settings(ds, sorted(params))
     key = {"version": PROMPTSET_VERSION, "source": name,
-           "args": {k: ds[k] for k in sorted(params) if k in ds and k not in READING_ONLY_ARGS},
-           "split": dict(ds["split"]), "split_salt": str(ds.get("split_salt", "lenbench")),
-           "min_words": ds.get("min_words", 1), "max_words": ds.get("max_words"),
-           "limit": ds.get("limit") or ds.get("n_prompts")}
-    if ds.get("source_args"):
-        key["source_args"] = dict(ds["source_args"])
+           "args": {k: v for k, v in args.items() if k not in READING_ONLY_ARGS},
+           "split": dict(ds.split), "split_salt": str(ds.split_salt),
+           "min_words": ds.min_words, "max_words": ds.max_words,
+           "limit": ds.limit or getattr(ds, "n_prompts", None)}  # toyworld draws n_prompts
+    if ds.source_args:
+        key["source_args"] = dict(ds.source_args)
     if (fingerprint := source_fingerprint(ds)) is not None:
         key["files"] = fingerprint  # an edited local file rebuilds the PromptSet
     return key

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from lenbench.configs.run import FeaturesConfig
 from lenbench.contract.features import (
     POOLINGS,
     ROLES,
@@ -109,20 +110,8 @@ def prompt_pool_weights(entropy: torch.Tensor, n: torch.Tensor, poolings) -> tor
     return torch.stack([weights[p] for p in poolings], dim=1)
 
 
-@dataclass(frozen=True)
-class FeatureConfig:
-    roles: tuple[str, ...] = ROLES
-    poolings: tuple[str, ...] = POOLINGS
-    step_roles: tuple[str, ...] = ("mid",)
-    step_stride: int = 1
-    batch_tokens: int = 8192
-    # "last": the state at position n-1+t; "entropy": the entropy-weighted pool over positions
-    # 0..n-1+t (prompt plus the t tokens generated so far), the input of progressive (PLP) heads
-    step_poolings: tuple[str, ...] = ("last",)
-
-
 def extract_features(
-    labels: pd.DataFrame, model, out_dir: Path, cfg: FeatureConfig, progress: bool = True
+    labels: pd.DataFrame, model, out_dir: Path, cfg: FeaturesConfig, progress: bool = True
 ) -> dict:
     """Write the feature arrays for every label row into `out_dir`; return the metadata."""
     check_names("features.roles", cfg.roles, ROLES)
@@ -223,19 +212,20 @@ def extract_features(
     return meta
 
 
-def features_config(fc: dict, needs: list) -> dict:
+def features_config(fc: FeaturesConfig, needs: list) -> FeaturesConfig:
     """The configured features plus whatever the predictors declare (a superset, so the usual
     suite keeps one cached features stage and an unusual need adds its own)."""
-    out = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in fc.items()}
-    out.setdefault("step_poolings", ["last"])
+    roles, poolings = list(fc.roles), list(fc.poolings)
+    step_roles, step_poolings = list(fc.step_roles), list(fc.step_poolings)
 
-    def add(key: str, values) -> None:
-        out[key] = out[key] + [v for v in values if v not in out[key]]
+    def add(names: list[str], more) -> None:
+        names += [v for v in more if v not in names]
 
     for need in needs:
-        add("roles", need.hidden)
-        add("poolings", need.pooling)
+        add(roles, need.hidden)
+        add(poolings, need.pooling)
         if need.steps:
-            add("step_roles", need.hidden)
-            add("step_poolings", need.step_pooling)
-    return out
+            add(step_roles, need.hidden)
+            add(step_poolings, need.step_pooling)
+    return replace(fc, roles=roles, poolings=poolings, step_roles=step_roles,
+                   step_poolings=step_poolings)

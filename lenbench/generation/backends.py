@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lenbench.configs.generation import GenerationConfig
 from lenbench.generation.protocol import Generator
 
 BACKENDS = ("hf", "vllm", "openai", "llamacpp")
@@ -39,36 +40,37 @@ class GenerationTarget:
     load: Callable[[], Any]  # -> lenbench.contract.needs.TargetModel (memoised by the caller)
 
 
-def backend_name(gen_cfg: dict) -> str:
-    name = gen_cfg.get("backend", "hf")
+def backend_name(gen: GenerationConfig) -> str:
+    name = gen.backend
     if name not in BACKENDS:
         raise ValueError(f"generation.backend={name!r} is unknown; use one of {list(BACKENDS)} "
                          "(generation=hf | vllm | openai | llamacpp)")
     return name
 
 
-def label_key(gen_cfg: dict) -> dict:
+def label_key(gen: GenerationConfig) -> dict:
     """The backend-specific part of the generate stage's cache key (only keys that are set)."""
-    return {k: gen_cfg[k] for k in LABEL_KEYS[backend_name(gen_cfg)]
-            if gen_cfg.get(k) not in (None, {}, [])}
+    values = {k: getattr(gen, k) for k in LABEL_KEYS[backend_name(gen)]}
+    return {k: v for k, v in values.items() if v not in (None, {}, [])}
 
 
-def make_generator(gen_cfg: dict, target: GenerationTarget,
+def make_generator(gen: GenerationConfig, target: GenerationTarget,
                    eos_ids: Sequence[int]) -> Generator:
-    """The generator `generation.backend` names, built from the `generation` config group."""
-    name = backend_name(gen_cfg)
+    """The generator `generation.backend` names, built from the `generation` group's schema
+    (each backend's own: conf/generation/<backend>.yaml)."""
+    name = backend_name(gen)
     if name == "hf":
         from lenbench.generation.hf import HFGenerator
 
-        return HFGenerator(target.load().model, eos_ids, batch_size=int(gen_cfg["batch_size"]))
+        return HFGenerator(target.load().model, eos_ids, batch_size=int(gen.batch_size))
     if name == "vllm":
         from lenbench.generation.vllm_backend import VLLMGenerator
 
-        return VLLMGenerator.from_config(gen_cfg, target, eos_ids)
+        return VLLMGenerator.from_config(gen, target, eos_ids)
     if name == "llamacpp":
         from lenbench.generation.llamacpp_backend import LlamaCppGenerator
 
-        return LlamaCppGenerator.from_config(gen_cfg, target, eos_ids)
+        return LlamaCppGenerator.from_config(gen, target, eos_ids)
     from lenbench.generation.openai_backend import OpenAIGenerator
 
-    return OpenAIGenerator.from_config(gen_cfg, target.tokenizer, eos_ids)
+    return OpenAIGenerator.from_config(gen, target.tokenizer, eos_ids)

@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
+from lenbench.configs.generation import ServerClient
 from lenbench.generation.length_counts import DEFAULT_PROBE_MAX_TOKENS, DEFAULT_PROBE_PROMPTS
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -106,23 +107,23 @@ def run_pool(n: int, concurrency: int, name: str, work: Callable[[int], None],
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def client_kwargs(gen_cfg: dict) -> dict:
-    """The client settings of a `generation` config group (shared by HTTP backends)."""
-    key_env = gen_cfg.get("api_key_env")
+def client_kwargs(gen: ServerClient, concurrency: int | None = None) -> dict:
+    """The client settings of a server backend's `generation` group (shared by HTTP backends);
+    `concurrency` stands in when the group leaves it null (llamacpp: its slots)."""
+    key_env = getattr(gen, "api_key_env", None)  # llamacpp's server takes no key
     if key_env and not os.environ.get(key_env):
         raise ValueError(f"generation.api_key_env={key_env!r}: that environment variable "
                          "is not set")
-    extra = gen_cfg.get("extra_body")
-    counts = gen_cfg.get("usage_counts_eos")
+    extra, counts = gen.extra_body, gen.usage_counts_eos
     return {"api_key": os.environ.get(key_env) if key_env else None,
-            "concurrency": gen_cfg.get("concurrency") or 8,
-            "max_retries": gen_cfg.get("max_retries", 5),
-            "timeout_s": gen_cfg.get("timeout_s", 600.0),
-            "backoff_s": gen_cfg.get("backoff_s", 1.0),
-            "max_backoff_s": gen_cfg.get("max_backoff_s", 30.0),
+            "concurrency": gen.concurrency or concurrency or 8,
+            "max_retries": gen.max_retries,
+            "timeout_s": gen.timeout_s,
+            "backoff_s": gen.backoff_s,
+            "max_backoff_s": gen.max_backoff_s,
             "extra_body": dict(extra) if extra is not None else None,
-            "token_ids_via_logprobs": bool(gen_cfg.get("token_ids_via_logprobs", False)),
-            "length_source": gen_cfg.get("length_source") or "auto",
+            "token_ids_via_logprobs": bool(getattr(gen, "token_ids_via_logprobs", False)),
+            "length_source": getattr(gen, "length_source", None) or "auto",
             "usage_counts_eos": None if counts is None else bool(counts),
-            "probe_prompts": list(gen_cfg.get("probe_prompts") or DEFAULT_PROBE_PROMPTS),
-            "probe_max_tokens": int(gen_cfg.get("probe_max_tokens") or DEFAULT_PROBE_MAX_TOKENS)}
+            "probe_prompts": list(gen.probe_prompts or DEFAULT_PROBE_PROMPTS),
+            "probe_max_tokens": int(gen.probe_max_tokens or DEFAULT_PROBE_MAX_TOKENS)}

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lenbench.configs.generation import LlamaCppGeneration
+from lenbench.configs.model import GGUFFiles
 from lenbench.generation.http_client import ServerError, client_kwargs
 from lenbench.generation.llamacpp_server import (
     LlamaServer,
@@ -54,18 +56,21 @@ PROVENANCE = ("labels: llama.cpp's quantised kernels on the GGUF file; features:
               "on the converted (dequantised) folder of the same file")
 
 
-def locate_model_gguf(gen_cfg: dict, target_path: str | None) -> tuple[list[Path], str, dict]:
+def locate_model_gguf(gen: LlamaCppGeneration, target_path: str | None
+                      ) -> tuple[list[Path], str, dict]:
     """(GGUF parts, sha256, source record) for `generation.gguf` or the model preset's GGUF,
     checked against the sha256 the converted folder's model card records."""
     from lenbench.models.gguf import locate_gguf, read_card, sha256_of
 
-    explicit = gen_cfg.get("gguf")
-    spec = {"path": explicit} if explicit else {"path": gen_cfg.get("model_path"),
-                                                "gguf": gen_cfg.get("model_gguf")}
-    if not spec.get("path") and not (spec.get("gguf") or {}).get("files"):
+    explicit = gen.gguf
+    # the model preset's `gguf` block, as the schema's interpolation copies it: plain values
+    preset = gen.model_gguf if isinstance(gen.model_gguf, GGUFFiles) else \
+        GGUFFiles(**(gen.model_gguf or {}))
+    path = explicit or gen.model_path
+    if not path and not preset.files:
         raise ValueError("generation=llamacpp needs a GGUF file: a GGUF model preset (e.g. "
                          "model=smollm2-135m-instruct) or generation.gguf=FILE.gguf")
-    parts = locate_gguf(spec)
+    parts = locate_gguf(path, () if explicit else preset.files, preset.install)
     sha = sha256_of(parts.paths)
     card = read_card(target_path) if target_path else None
     converted = (card or {}).get("gguf_sha256")
@@ -102,24 +107,25 @@ class LlamaCppGenerator(OpenAIGenerator):
         self.version = binary_version(server.binary) if server is not None else None
 
     @classmethod
-    def from_config(cls, gen_cfg: dict, target: Any, eos_ids: Sequence[int]) -> LlamaCppGenerator:
+    def from_config(cls, gen: LlamaCppGeneration, target: Any, eos_ids: Sequence[int]
+                    ) -> LlamaCppGenerator:
         """Build from conf/generation/llamacpp.yaml: start llama-server unless `url` is set."""
-        paths, _, source = locate_model_gguf(gen_cfg, getattr(target, "path", None))
-        slots = int(gen_cfg.get("slots") or 1)
-        threads = int(gen_cfg.get("threads") or 1)
-        ctx = int(gen_cfg.get("ctx_size") or slots * (int(gen_cfg["max_prompt_tokens"])
-                                                      + int(gen_cfg["max_new_tokens"])))
+        paths, _, source = locate_model_gguf(gen, getattr(target, "path", None))
+        slots = int(gen.slots or 1)
+        threads = int(gen.threads or 1)
+        ctx = int(gen.ctx_size or slots * (int(gen.max_prompt_tokens) + int(gen.max_new_tokens)))
+        server_args = list(gen.server_args or [])
         settings = {"slots": slots, "threads": threads, "ctx_size": ctx,
-                    "server_args": list(gen_cfg.get("server_args") or [])}
-        kwargs = client_kwargs({**gen_cfg, "concurrency": gen_cfg.get("concurrency") or slots})
-        timeout = float(gen_cfg.get("startup_timeout_s") or 120)
-        if gen_cfg.get("url"):
-            url = str(gen_cfg["url"]).rstrip("/")
+                    "server_args": server_args}
+        kwargs = client_kwargs(gen, concurrency=slots)
+        timeout = float(gen.startup_timeout_s or 120)
+        if gen.url:
+            url = str(gen.url).rstrip("/")
             wait_healthy(url, timeout)
             return cls(url, eos_ids, settings={**settings, "started_by_lenbench": False},
-                       source=source, cache_prompt=gen_cfg.get("cache_prompt", True),
+                       source=source, cache_prompt=gen.cache_prompt,
                        tokenizer=target.tokenizer, **kwargs)
-        binary = find_binary(gen_cfg.get("binary"))
+        binary = find_binary(gen.binary)
         temp = None
         gguf = paths[0]
         if len(paths) > 1:  # chunk packages: llama-server reads one file
@@ -128,11 +134,11 @@ class LlamaCppGenerator(OpenAIGenerator):
             temp = tempfile.TemporaryDirectory(prefix="lenbench-gguf-")
             gguf = join_parts(tuple(paths), Path(temp.name) / source["gguf_file"])
         server = LlamaServer(binary, gguf, slots=slots, threads=threads, ctx_size=ctx,
-                             extra_args=settings["server_args"], startup_timeout_s=timeout)
+                             extra_args=server_args, startup_timeout_s=timeout)
         return cls(server.url, eos_ids, server=server, settings={
             **settings, "started_by_lenbench": True, "binary": str(binary)}, source=source,
-            cache_prompt=gen_cfg.get("cache_prompt", True), temp_dir=temp,
-            tokenizer=target.tokenizer, **kwargs)
+            cache_prompt=gen.cache_prompt, temp_dir=temp, tokenizer=target.tokenizer,
+            **kwargs)
 
     def generate(self, requests: Sequence[GenRequest], cfg: SamplingConfig,
                  on_done: OnDone | None = None) -> Generated:

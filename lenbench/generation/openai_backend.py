@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from lenbench.configs.generation import OpenAIGeneration
 from lenbench.generation.eos_probe import EOSProbe
 from lenbench.generation.http_client import JSONClient, ServerError, client_kwargs, run_pool
 from lenbench.generation.length_counts import (
@@ -173,10 +174,11 @@ class OpenAIGenerator(EOSProbe, JSONClient, Generator):
         self._probe_lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, gen_cfg: dict, tokenizer, eos_ids: Sequence[int]) -> OpenAIGenerator:
-        """Build from the `generation` config group (conf/generation/openai.yaml)."""
-        return cls(base_url=gen_cfg["base_url"], eos_ids=eos_ids, model=gen_cfg.get("model"),
-                   tokenizer=tokenizer, **client_kwargs(gen_cfg))
+    def from_config(cls, gen: OpenAIGeneration, tokenizer, eos_ids: Sequence[int]
+                    ) -> OpenAIGenerator:
+        """Build from the `generation` group (conf/generation/openai.yaml)."""
+        return cls(base_url=gen.base_url, eos_ids=eos_ids, model=gen.model,
+                   tokenizer=tokenizer, **client_kwargs(gen))
 
     @property
     def model(self) -> str:

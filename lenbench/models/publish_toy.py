@@ -72,15 +72,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    from lenbench.configs import load_preset
-    from lenbench.models.loading import resolve_model, toy_config
+    from dataclasses import replace
+
+    from lenbench.configs import preset_config
+    from lenbench.models.loading import resolve_model
     from lenbench.runtime.process import configure_threads
 
     configure_threads(args.threads)
-    preset = load_preset("model", "toy")
-    folder, _ = resolve_model({**preset, "retrain": True}, args.cache, progress=False)
-    card = publish(Path(folder), args.out, toy_config(dict(preset["toy"])).to_dict(),
-                   args.threads)
+    model = replace(preset_config("model", "toy"), retrain=True)
+    folder, _ = resolve_model(model, args.cache, progress=False)
+    card = publish(Path(folder), args.out, model.toy_config.to_dict(), args.threads)
     size = sum(f["bytes"] for f in card["files"].values())
     print(f"{args.out}: {len(card['files'])} files, {size:,} bytes, weights sha256 "
           f"{card['files']['model.safetensors']['sha256'][:16]}")

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from lenbench.configs.model import ToyModelConfig
 from lenbench.models.gguf import CARD_FILE
 from lenbench.stages import stable_hash
 from lenbench.worlds.shipped import CARD_FILE as WORLD_CARD
@@ -63,17 +64,17 @@ def shipped_model_key(card: Mapping) -> str:
     return stable_hash({"shipped_toy": {n: f["sha256"] for n, f in card["files"].items()}})
 
 
-def _shipped_card(toy_cfg: Mapping, folder: str | Path) -> dict | None:
-    """The card of weights shipped for `toy_cfg` (every ToyModelConfig field), its files checked;
-    None when none are shipped for it."""
+def _shipped_card(toy_cfg: ToyModelConfig, folder: str | Path) -> dict | None:
+    """The card of weights shipped for `toy_cfg` (every field), its files checked; None when
+    none are shipped for it."""
     card = read_card(folder)
-    if card is None or _plain(card.get("toy_config")) != _plain(dict(toy_cfg)):
+    if card is None or _plain(card.get("toy_config")) != _plain(toy_cfg.to_dict()):
         return None
     check_files(folder, card["files"])
     return card
 
 
-def shipped_toy_model(toy_cfg: Mapping, folder: str | Path | None = None
+def shipped_toy_model(toy_cfg: ToyModelConfig, folder: str | Path | None = None
                       ) -> tuple[str, str] | None:
     """(folder, model key) of the weights shipped for `toy_cfg`, or None."""
     folder = Path(folder or SHIPPED_TOY_DIR)
@@ -87,19 +88,18 @@ def shipped_toy_model(toy_cfg: Mapping, folder: str | Path | None = None
     return str(folder), shipped_model_key(card)
 
 
-def with_model_world(cfg: dict, target_path: str) -> dict:
-    """`generation.shipped` left null takes the world a model folder's card names: shipped
-    weights come with the world sampled from them (the toy model's: `toyworld`)."""
-    if cfg["generation"].get("shipped") is not None:
-        return cfg
+def model_world(target_path: str) -> str | None:
+    """The shipped world a model folder's card names, which `generation.shipped` left null
+    takes: shipped weights come with the world sampled from them (the toy model's:
+    `toyworld`). None when the card names none, or names one that is not shipped."""
     world = (read_card(target_path) or {}).get("world")
     if not world:
-        return cfg
+        return None
     if str(world) not in available():  # weights shipped before their world was packed
         log.warning("%s: its card names the world %r, which is not shipped; its labels are "
                     "generated here", target_path, world)
-        return cfg
-    return {**cfg, "generation": {**cfg["generation"], "shipped": str(world)}}
+        return None
+    return str(world)
 
 
 def same_model(folder_a: str | Path, folder_b: str | Path) -> bool:
@@ -119,7 +119,7 @@ def _world_fingerprint(folder: str | Path) -> str | None:
     return json.loads(path.read_text()).get("labels_fingerprint") if path.exists() else None
 
 
-def retrained_toy_model(trained: str | Path, key: str, toy_cfg: Mapping,
+def retrained_toy_model(trained: str | Path, key: str, toy_cfg: ToyModelConfig,
                         folder: str | Path | None = None) -> tuple[str, str]:
     """After `model.retrain=true`: say whether the model trained here is the shipped one. The
     same model resolves to the shipped folder and key (so the shipped world applies to it, and

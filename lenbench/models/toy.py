@@ -18,7 +18,6 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from rich.progress import (
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from lenbench.configs.model import ToyModelConfig  # re-exported: the toy model's own config
 from lenbench.data.toyworld import make_corpus
 from lenbench.runtime.progress import ProgressLog
 
@@ -65,47 +65,6 @@ CHAT_TEMPLATE = (
 # The training corpus is drawn from its own seed stream, so benchmark prompts drawn from toyworld
 # with small seeds are fresh prompts for the model rather than its training examples.
 TRAIN_CORPUS_SEED_BASE = 1_000_000_007
-
-
-@dataclass
-class ToyModelConfig:
-    """Everything that determines the toy model; equal configs give equal weights on one machine.
-
-    ``n_layers`` stays >= 8 so that the EAGLE-3 layers hs[2], hs[L//2], hs[L-3] are distinct.
-    """
-
-    seed: int = 0
-    n_layers: int = 8
-    hidden_size: int = 64
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    intermediate_size: int = 192
-    vocab_size: int = 1024  # enough merges that every corpus word is one token
-    max_seq_len: int = 256
-    n_train_examples: int = 30_000  # >= train_steps * batch_size: no example is seen twice
-    # Many small steps beat few large ones here: the counting that stops lists and reports is
-    # learnt late, after ~1000 updates, and a 16-row step costs no more per row on 2 cores.
-    train_steps: int = 1800
-    batch_size: int = 16
-    lr: float = 4e-3
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.05
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    # The tokenizer is trained on this many corpus examples (it only needs to see the words).
-    n_tokenizer_examples: int = 5_000
-
-    @classmethod
-    def tiny(cls, seed: int = 0, **overrides: object) -> ToyModelConfig:
-        """A seconds-scale variant for tests: same architecture family, far less training."""
-        base = cls(seed=seed, hidden_size=48, n_heads=2, n_kv_heads=1, intermediate_size=96,
-                   vocab_size=400, max_seq_len=256, n_train_examples=2_000, train_steps=80,
-                   batch_size=16, lr=1e-2, warmup_steps=5, n_tokenizer_examples=1_000)
-        return replace(base, **overrides)
-
-    def to_dict(self) -> dict:
-        """Plain dict for cache keys and the build record."""
-        return asdict(self)
 
 
 def chat_prompt_text(prompt: str) -> str:

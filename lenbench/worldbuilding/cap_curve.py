@@ -25,39 +25,45 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lenbench.configs import RunConfig
+
 CAPS = (384, 512, 768, 1024, 1536)
 CONF = Path(__file__).resolve().parents[1] / "conf"
 log = logging.getLogger(__name__)
 
 
-def compose(experiment: str, overrides: list[str] | None = None) -> dict:
+def compose(experiment: str, overrides: list[str] | None = None) -> RunConfig:
+    """The experiment's config, composed as `lenbench experiment=...` composes it, typed."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(str(CONF), version_base=None):
         cfg = hydra_compose("config", overrides=[f"experiment={experiment}", *(overrides or [])])
-    return OmegaConf.to_container(cfg, resolve=True)
+    return RunConfig.from_composed(OmegaConf.to_container(cfg, resolve=True))
 
 
-def curve_prompts(cfg: dict, n_prompts: int) -> pd.DataFrame:
+def curve_prompts(run: RunConfig, n_prompts: int) -> pd.DataFrame:
     """The first `n_prompts` test prompts of the experiment's PromptSet (file order)."""
     from lenbench.pipeline import _promptset_stage
 
-    _, prompts, _ = _promptset_stage(Path(cfg["paths"]["cache_dir"]), cfg["dataset"])
+    _, prompts, _ = _promptset_stage(Path(run.paths.cache_dir), run.dataset)
     return prompts[prompts["split"] == "test"].reset_index(drop=True)
 
 
-def stage_folder(cfg: dict, n_prompts: int, samples: int, cap: int) -> Path:
+# the dataset settings that name the curve's prompts (`turns`: the ShareGPT schemas' only)
+CURVE_DATASET_KEYS = ("name", "limit", "split", "split_salt", "max_words", "turns")
+
+
+def stage_folder(run: RunConfig, n_prompts: int, samples: int, cap: int) -> Path:
     from lenbench.stages import stable_hash
 
-    g = cfg["generation"]
-    key = {"dataset": {k: cfg["dataset"].get(k) for k in
-                       ("name", "limit", "split", "split_salt", "max_words", "turns")},
-           "model": cfg["model"].get("name"), "temperature": g["temperature"],
-           "top_p": g["top_p"], "seed": g["seed"], "max_prompt_tokens": g["max_prompt_tokens"],
+    g = run.generation
+    key = {"dataset": {k: getattr(run.dataset, k, None) for k in CURVE_DATASET_KEYS},
+           "model": run.model.name, "temperature": g.temperature,
+           "top_p": g.top_p, "seed": g.seed, "max_prompt_tokens": g.max_prompt_tokens,
            "prompts": n_prompts, "samples": samples, "cap": cap}
-    return Path(cfg["paths"]["cache_dir"]) / "cap_curve" / stable_hash(key)
+    return Path(run.paths.cache_dir) / "cap_curve" / stable_hash(key)
 
 
 def generate(args) -> pd.DataFrame:
@@ -70,26 +76,26 @@ def generate(args) -> pd.DataFrame:
     from lenbench.models.chat import eos_token_ids
     from lenbench.models.loading import load_target, resolve_model
 
-    cfg = compose(args.experiment)
-    g = cfg["generation"]
-    prompts = curve_prompts(cfg, args.prompts)
-    cache = Path(cfg["paths"]["cache_dir"])
+    run = compose(args.experiment)
+    g = run.generation
+    prompts = curve_prompts(run, args.prompts)
+    cache = Path(run.paths.cache_dir)
     torch.set_num_threads(args.threads)
-    path, _ = resolve_model(cfg["model"], cache)
+    path, _ = resolve_model(run.model, cache)
     target = load_target(path, "float32", "cpu")
     eos = eos_token_ids(target.model, target.tokenizer)
-    out = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
+    out = stage_folder(run, args.prompts, args.samples, args.cap) / "shards"
     # the prompts over the token limit are skipped, so take a few more and keep the first N
-    rendered_ok = _fitting(prompts, target.tokenizer, g["max_prompt_tokens"])[: args.prompts]
+    rendered_ok = _fitting(prompts, target.tokenizer, g.max_prompt_tokens)[: args.prompts]
     known = _kept(Path(args.keep)) if args.keep else {}
     labels, _ = generate_labels(
         rendered_ok, target.model, target.tokenizer, out,
-        SamplingConfig(g["temperature"], g["top_p"], args.cap), n_samples=args.samples,
-        seed=g["seed"], batch_size=args.batch_size or g["batch_size"],
+        SamplingConfig(g.temperature, g.top_p, args.cap), n_samples=args.samples,
+        seed=g.seed, batch_size=args.batch_size or g.batch_size,
         shard_prompts=1,  # a prompt's samples are kept on disk as soon as all of them end
-        max_prompt_tokens=g["max_prompt_tokens"], keep_censored=True, progress=False,
+        max_prompt_tokens=g.max_prompt_tokens, keep_censored=True, progress=False,
         generator_factory=lambda: HFGenerator(target.model, eos,
-                                              batch_size=args.batch_size or g["batch_size"]),
+                                              batch_size=args.batch_size or g.batch_size),
         worker=args.worker, num_workers=args.workers, known=known)
     return labels
 
@@ -157,8 +163,8 @@ def loop_check(labels: pd.DataFrame, n: int = 8, tail: int = 256, loop_below: fl
 
 
 def report(args) -> dict:
-    cfg = compose(args.experiment)
-    folder = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
+    run = compose(args.experiment)
+    folder = stage_folder(run, args.prompts, args.samples, args.cap) / "shards"
     shards = sorted(folder.glob("shard-*.parquet"))
     if not shards:
         raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
@@ -168,8 +174,8 @@ def report(args) -> dict:
     n_prompts = labels["prompt_id"].nunique()
     summary = {"experiment": args.experiment, "prompts": int(n_prompts),
                "samples": int(len(labels)), "widest_cap": args.cap,
-               "temperature": cfg["generation"]["temperature"],
-               "top_p": cfg["generation"]["top_p"], "eos_share_within": shares,
+               "temperature": run.generation.temperature,
+               "top_p": run.generation.top_p, "eos_share_within": shares,
                "complete": n_prompts >= args.prompts,
                "ended_median_L": float(labels.loc[labels["finish_reason"] == "stop", "L"]
                                        .median()),

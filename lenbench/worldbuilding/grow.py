@@ -30,11 +30,15 @@ import argparse
 import datetime as dt
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lenbench.configs import RunConfig
+from lenbench.configs.dataset import DatasetConfig
+from lenbench.configs.generation import GenerationConfig
 from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
 from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.stages import atomic_write_bytes, stable_hash
@@ -53,17 +57,17 @@ def cut_at_cap(sample: KnownSample, cap: int) -> KnownSample:
     return KnownSample(sample.prompt_sha, tuple(ids[:cap]), "length")
 
 
-def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: dict) -> list[tuple[int, int]]:
+def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: GenerationConfig
+                   ) -> list[tuple[int, int]]:
     """(prompt row, sample index) of every sample the world holds when complete: the generate
     stage's own rule (`n_samples`, and `dense_n_samples` for the first `dense_prompts`
     prompts, of `dense_split` if set), over the prompts within the prompt-token limit."""
     from lenbench.generation.runner import dense_rows
 
-    dense_n = gen.get("dense_n_samples")
-    dense = dense_rows(prompts, fits, int(gen.get("dense_prompts") or 0), dense_n,
-                       gen.get("dense_split"))
+    dense_n = gen.dense_n_samples
+    dense = dense_rows(prompts, fits, int(gen.dense_prompts or 0), dense_n, gen.dense_split)
     return [(i, s) for i in prompts.index if fits[i]
-            for s in range(int(dense_n) if i in dense else int(gen["n_samples"]))]
+            for s in range(int(dense_n) if i in dense else int(gen.n_samples))]
 
 
 TRANSFER_PREFIX = "samples-transfer-"  # chunk files of the experiment's transfer set
@@ -81,35 +85,36 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
     from lenbench.models.chat import render_prompt
     from lenbench.models.loading import resolve_dtype, resolve_model
     from lenbench.pipeline import _promptset_stage, generation_stage_config
-    from lenbench.transfer import transfer_dataset, transfer_run_config
+    from lenbench.transfer import transfer_run_config
     from lenbench.worldbuilding.cap_curve import compose
     from lenbench.worlds.shipped import sample_key
 
-    cfg = compose(experiment, overrides)
+    run = compose(experiment, overrides)
     if transfer:
-        if transfer_dataset(cfg) is None:
+        if run.transfer is None:
             raise SystemExit(f"grow --transfer: experiment={experiment} names no transfer set "
                              "(dataset@transfer)")
         if curve:
             raise SystemExit("grow: --curve holds the world's own prompts, not the transfer "
                              "set's; grow them in two calls")
-        cfg = transfer_run_config(cfg)
-    cache = Path(cfg["paths"]["cache_dir"])
-    cfg["model"]["dtype"] = resolve_dtype(cfg["model"].get("dtype"), "cpu")
-    model_path, model_key = resolve_model(cfg["model"], cache)
-    _, prompts, ps_card = _promptset_stage(cache, cfg["dataset"])
+        run = transfer_run_config(run)
+    cache = Path(run.paths.cache_dir)
+    # float32 on this CPU, as the world's builds ran (the card records it)
+    run = replace(run, model=replace(run.model, dtype=resolve_dtype(run.model.dtype, "cpu")))
+    model_path, model_key = resolve_model(run.model, cache)
+    _, prompts, ps_card = _promptset_stage(cache, run.dataset)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    gen = cfg["generation"]
-    rendered = [render_prompt(tokenizer, t, dict(cfg["model"].get("chat_template_kwargs") or {}))
-                for t in prompts["text"]]
-    fits = [len(r) <= gen["max_prompt_tokens"] for r in rendered]
-    key = sample_key(generation_stage_config(cfg, model_key))
+    gen = run.generation
+    template_kwargs = dict(getattr(run.model, "chat_template_kwargs", None) or {})
+    rendered = [render_prompt(tokenizer, t, template_kwargs) for t in prompts["text"]]
+    fits = [len(r) <= gen.max_prompt_tokens for r in rendered]
+    key = sample_key(generation_stage_config(gen, run.model, model_key))
     store = SampleStore(cache / "samples" / stable_hash(key))
     known = dict(store.load())
     if curve:
-        known.update({k: v for k, v in _curve_samples(cfg, curve).items() if k not in known})
+        known.update({k: v for k, v in _curve_samples(run, curve).items() if k not in known})
 
     out.mkdir(parents=True, exist_ok=True)
     card_path = out / CARD_FILE
@@ -147,9 +152,9 @@ def grow(experiment: str, out: Path, name: str, curve: tuple[int, int, int] | No
         if card is None:
             raise SystemExit(f"grow --transfer: {out} holds no world yet; grow the world first")
         card = {**card, "files": files, "chunks": builds,
-                "transfer": _transfer_block(cfg, ps_card, prompts, wanted, present, files, out)}
+                "transfer": _transfer_block(run, ps_card, prompts, wanted, present, files, out)}
     else:
-        card = _card(name, description or (card or {}).get("description", ""), cfg, key,
+        card = _card(name, description or (card or {}).get("description", ""), run, key,
                      ps_card, prompts, wanted, present, files, builds, out, experiment,
                      (card or {}).get("transfer"))
     atomic_write_bytes(card_path, (json.dumps(card, indent=2, default=str) + "\n").encode())
@@ -164,16 +169,16 @@ def _prompt_sha(ids) -> str:
     return prompt_tokens_sha(ids)
 
 
-def _curve_samples(cfg: dict, curve: tuple[int, int, int]) -> dict:
+def _curve_samples(run: RunConfig, curve: tuple[int, int, int]) -> dict:
     """The cap curve's samples (`curve`: its prompts, samples and cap), cut at the world's cap."""
     from lenbench.worldbuilding.cap_curve import stage_folder
 
-    folder = stage_folder(cfg, *curve) / "shards"
+    folder = stage_folder(run, *curve) / "shards"
     shards = sorted(folder.glob("shard-*.parquet"))
     if not shards:
         raise SystemExit(f"grow: no cap-curve samples in {folder}")
     df = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
-    cap = int(cfg["generation"]["max_new_tokens"])
+    cap = int(run.generation.max_new_tokens)
     if cap > curve[2]:
         raise SystemExit(f"grow: the curve's cap {curve[2]} is below the world's {cap}")
     return {(str(p), int(s)): cut_at_cap(KnownSample(_prompt_sha(list(ids)),
@@ -204,7 +209,7 @@ def _rows(prompts: pd.DataFrame, new: list[tuple[int, int]], known: dict,
 
 
 def complete_fingerprint(shipped: pd.DataFrame, wanted_ids: list[tuple[str, int]],
-                         gen: dict) -> str:
+                         gen: GenerationConfig) -> str:
     """The labels fingerprint the generate stage gives the complete world: the wanted samples
     in the stage's order (prompts in file order, then sample index), censored rows dropped unless
     `keep_censored` and lengths from `max_length_exclusive` up dropped, as the stage drops them."""
@@ -212,10 +217,10 @@ def complete_fingerprint(shipped: pd.DataFrame, wanted_ids: list[tuple[str, int]
         .drop_duplicates(["prompt_id", "sample_idx"]) \
         .set_index(["prompt_id", "sample_idx"]).loc[wanted_ids].reset_index()
     rows["censored"] = rows["finish_reason"] == "length"
-    if not gen.get("keep_censored"):
+    if not gen.keep_censored:
         rows = rows[~rows["censored"]]
-    if gen.get("max_length_exclusive") is not None:
-        rows = rows[rows["L"] < int(gen["max_length_exclusive"])]
+    if gen.max_length_exclusive is not None:
+        rows = rows[rows["L"] < int(gen.max_length_exclusive)]
     return labels_fingerprint(rows)
 
 
@@ -227,13 +232,15 @@ def _shipped_rows(files: dict, out: Path, transfer: bool | None = None) -> pd.Da
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def _dataset_block(cfg: dict, ps_card: dict, prompts: pd.DataFrame, wanted) -> dict:
+# the dataset settings a card records (`turns`: the ShareGPT schemas' only)
+CARD_DATASET_KEYS = ("name", "turns", "min_words", "max_words", "limit", "split", "split_salt")
+
+
+def _dataset_block(ds: DatasetConfig, ps_card: dict, prompts: pd.DataFrame, wanted) -> dict:
     wanted_prompts = {prompts.at[i, "prompt_id"] for i, _ in wanted}
     return {"source_package": {k: v for k, v in (ps_card.get("source") or {}).items()
                                if k != "path"},  # no path of the building machine
-            "settings": {k: cfg["dataset"].get(k) for k in
-                         ("name", "turns", "min_words", "max_words", "limit", "split",
-                          "split_salt")},
+            "settings": {k: getattr(ds, k, None) for k in CARD_DATASET_KEYS},
             "n_prompts": len(wanted_prompts),
             "prompts_per_split": prompts[prompts["prompt_id"].isin(wanted_prompts)]
             .groupby("split").size().to_dict()}
@@ -247,32 +254,37 @@ def _stats(shipped: pd.DataFrame) -> dict:
             "prompts": int(shipped["prompt_id"].nunique())}
 
 
-def _transfer_block(cfg, ps_card, prompts, wanted, present, files, out: Path) -> dict:
+def _transfer_block(run: RunConfig, ps_card, prompts, wanted, present, files, out: Path
+                    ) -> dict:
     """The card's account of the transfer set: its prompts, how far it has grown, and its
     labels' fingerprint once complete."""
     complete = present >= len(wanted)
-    return {"dataset": _dataset_block(cfg, ps_card, prompts, wanted),
+    return {"dataset": _dataset_block(run.dataset, ps_card, prompts, wanted),
             "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
                          "complete": complete},
             "stats": _stats(_shipped_rows(files, out, transfer=True)),
             "labels_fingerprint": complete_fingerprint(
                 _shipped_rows(files, out), [(prompts.at[i, "prompt_id"], s) for i, s in wanted],
-                cfg["generation"]) if complete else None}
+                run.generation) if complete else None}
 
 
-def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files, builds,
-          out: Path, experiment: str, transfer: dict | None = None) -> dict:
+# the generation settings a card records
+CARD_GENERATION_KEYS = ("temperature", "top_p", "max_new_tokens", "seed", "n_samples",
+                        "dense_prompts", "dense_n_samples", "dense_split", "keep_censored",
+                        "max_prompt_tokens", "backend")
+
+
+def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, present, files,
+          builds, out: Path, experiment: str, transfer: dict | None = None) -> dict:
     shipped = _shipped_rows(files, out, transfer=False)
     every = _shipped_rows(files, out)
-    gen = cfg["generation"]
+    gen = run.generation
     complete = present >= len(wanted)
     card = {
         "name": name, "version": 2, "description": description,
-        "dataset": _dataset_block(cfg, ps_card, prompts, wanted),
-        "generation": {k: gen.get(k) for k in (
-            "temperature", "top_p", "max_new_tokens", "seed", "n_samples", "dense_prompts",
-            "dense_n_samples", "dense_split", "keep_censored", "max_prompt_tokens", "backend")},
-        "model_dtype": cfg["model"].get("dtype"),
+        "dataset": _dataset_block(run.dataset, ps_card, prompts, wanted),
+        "generation": {k: getattr(gen, k) for k in CARD_GENERATION_KEYS},
+        "model_dtype": run.model.dtype,
         "sample_key": key,
         "progress": {"wanted_samples": len(wanted), "shipped_samples": present,
                      "complete": complete},

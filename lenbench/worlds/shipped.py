@@ -176,13 +176,13 @@ def compare_with_shipped(labels: pd.DataFrame, world: ShippedWorld) -> dict:
                            == theirs.loc[common, "L"].to_numpy()).sum())}
 
 
-def shipped_world_for(gen: dict, stage_cfg: dict) -> ShippedWorld | None:
-    """The shipped world `generation.shipped` names, or None when none is named or its samples
-    were made with other settings than this run's (then everything is generated, and the log
-    says which settings differ)."""
-    if not gen.get("shipped"):
+def shipped_world_for(shipped: str | None, stage_cfg: dict) -> ShippedWorld | None:
+    """The shipped world `shipped` (`generation.shipped`) names, or None when none is named or
+    its samples were made with other settings than this run's (then everything is generated,
+    and the log says which settings differ)."""
+    if not shipped:
         return None
-    world = ShippedWorld.load(str(gen["shipped"]))
+    world = ShippedWorld.load(str(shipped))
     if diffs := world.differences(sample_key(stage_cfg)):
         log.warning("shipped world %s was built with other settings (%s); its samples are not "
                     "used and this run generates its own", world.name, "; ".join(diffs))
@@ -190,12 +190,14 @@ def shipped_world_for(gen: dict, stage_cfg: dict) -> ShippedWorld | None:
     return world
 
 
-def report_against_shipped(cfg: dict, labels: pd.DataFrame, gen_card: dict) -> None:
-    """After `generation.regenerate=true`: say whether the labels reproduce the shipped world."""
+def report_against_shipped(labels: pd.DataFrame, gen_card: dict, shipped: str | None,
+                           regenerate: bool) -> None:
+    """After `generation.regenerate=true`: say whether the labels reproduce the shipped world
+    `shipped` (`generation.shipped`) names."""
     info = gen_card.get("shipped_world")
-    if not info or info.get("used") or not cfg["generation"].get("regenerate"):
+    if not info or info.get("used") or not regenerate:
         return
-    report = compare_with_shipped(labels, ShippedWorld.load(str(cfg["generation"]["shipped"])))
+    report = compare_with_shipped(labels, ShippedWorld.load(str(shipped)))
     verdict = "matches" if report["matches"] else "does NOT match"
     log.warning("regenerated labels (fingerprint %s) %s the shipped world %s (fingerprint %s): "
                 "%d of %d shared samples identical, %d with the same L", report["fingerprint"],

@@ -66,3 +66,12 @@ def site_results(res: Path) -> dict[str, list[str]]:
     return {"worlds": ["toyworld / toy", "other_set / org/model-b"],
             "predictors": ["mlp_probe", "bin_classifier", "bin_classifier (expectation)",
                            "noise_floor", "spaced_probe", HOSTILE_SHOWN]}
+
+
+def schedule(true, pred, prompt_len, name: str, sim: dict, **kw) -> dict:
+    """The scheduling block a run writes for these predictions, with the sim settings given as
+    a mapping (a preset's, or a stored record's), typed as the harness types them."""
+    from lenbench.evaluate import schedule as scheduling_block
+    from lenbench.sim import SimConfig
+
+    return scheduling_block(true, pred, prompt_len, name, SimConfig.from_dict(sim), **kw)

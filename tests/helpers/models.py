@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lenbench.configs import load_preset
+from lenbench.configs import preset_config
+from lenbench.configs.model import ToyModel
 
 
 def tiny_llama(n_layers: int = 8, hidden: int = 32, vocab: int = 64, seed: int = 0,
@@ -39,6 +40,7 @@ def toy_prompt_table(n: int, seed: int = 123):
     return pd.DataFrame(rows)
 
 
-def toy_tiny_model_cfg() -> dict:
-    """conf/model/toy_tiny.yaml as the pipeline sees it (same dict -> same toymodel stage key)."""
-    return load_preset("model", "toy_tiny")
+def toy_tiny_model_cfg() -> ToyModel:
+    """conf/model/toy_tiny.yaml as the pipeline sees it (same config -> same toymodel stage
+    key)."""
+    return preset_config("model", "toy_tiny")

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from helpers.cli import REPO
+from lenbench.configs import group_config
 from lenbench.generation.openai_backend import OpenAIGenerator
 from lenbench.generation.protocol import SamplingConfig
 from lenbench.generation.runner import generate_labels
@@ -61,6 +62,7 @@ def generate_with(toy, prompts, out_dir, generator=None, sampling=GREEDY):
 
 def openai_client(toy, url: str, **kw) -> OpenAIGenerator:
     # one probe prompt: the EOS probe's requests reach the server before the shards' requests
-    cfg = {"base_url": url, "model": None, "concurrency": 4, "max_retries": 2,
-           "timeout_s": 60, "backoff_s": 0.05, "probe_prompts": [PROBE], **kw}
-    return OpenAIGenerator.from_config(cfg, toy.tokenizer, eos_token_ids(toy.model, toy.tokenizer))
+    gen = group_config("generation", {
+        "backend": "openai", "base_url": url, "model": None, "concurrency": 4,
+        "max_retries": 2, "timeout_s": 60, "backoff_s": 0.05, "probe_prompts": [PROBE], **kw})
+    return OpenAIGenerator.from_config(gen, toy.tokenizer, eos_token_ids(toy.model, toy.tokenizer))

@@ -21,6 +21,8 @@ import torch
 from helpers.cli import E2E_UPSTREAM, run_lenbench
 from helpers.models import tiny_llama
 from lenbench import QUANTILE_LEVELS, LengthDistribution, Predictor
+from lenbench.configs import RunConfig
+from lenbench.configs.run import FeaturesConfig
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.contract.views import SplitView
@@ -131,7 +133,7 @@ def tiny_views(folder: Path, pattern: tuple[str, ...] = ("train", "train", "test
     """Split views over tiny_world's sequences (rows take the splits of `pattern` in turn), the
     target handed over as the harness hands it: with its key and a cache folder."""
     from lenbench import TargetModel
-    from lenbench.features.extract import FeatureConfig, extract_features
+    from lenbench.features.extract import extract_features
 
     target, seqs = tiny_world(n=n)
     labels = pd.DataFrame({
@@ -142,7 +144,7 @@ def tiny_views(folder: Path, pattern: tuple[str, ...] = ("train", "train", "test
         "output_token_ids": [s.ids[s.n:].tolist() for s in seqs], "L": [s.L for s in seqs]})
     (folder / "features").mkdir(parents=True)
     extract_features(labels, target, folder / "features",
-                     FeatureConfig(roles=("mid",), poolings=("last",), step_roles=("mid",)),
+                     FeaturesConfig(roles=["mid"], poolings=["last"], step_roles=["mid"]),
                      progress=False)
     handle = TargetModel(target, None, key=key, cache_dir=str(folder / "cache"))
     split = labels["split"].to_numpy()
@@ -217,5 +219,7 @@ def make_world(n_samples: int, censor_every: int = 0) -> World:
                  fingerprints={"labels": "abc", "features": None})
 
 
-CFG = {"dataset": {"name": "w"}, "eval": {"n_boot": 50}, "sim": {"enabled": False},
-       "generation": {"max_new_tokens": CAP}}
+# the config of a run on make_world's world: the default run's, with these settings
+CFG = RunConfig.from_composed({"dataset": {"name": "w"}, "eval": {"n_boot": 50},
+                               "sim": {"enabled": False},
+                               "generation": {"max_new_tokens": CAP}})
