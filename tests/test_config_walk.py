@@ -9,7 +9,7 @@ call returns after receiving one (a `dataclasses.replace` copy, the features sta
 with what is reachable from those.
 
 The module of a recorded call is a room; consecutive calls in one room are a stay; a move from
-a room in a lower layer to a room in a higher one (tests/test_import_graph.py's `LAYERS`) is a
+a room in a lower layer to a room in a higher one (`LAYERS`, tests/helpers/layers.py) is a
 climb back up. The config should visit few rooms and seldom climb: a part handed to a lower
 layer and back up is a config re-read and reshaped on the way.
 """
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from helpers.layers import LAYERS, layer_of
 from hydra import compose, initialize_config_dir
-from test_import_graph import LAYERS, layer_of
 
 from lenbench.cli import CONF_DIR, resolved_config, typed_config
 

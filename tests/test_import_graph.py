@@ -3,8 +3,8 @@
 No module of lenbench or baselines imports, even lazily inside a function or only for type hints
 (under `if TYPE_CHECKING:`), a module that imports it back: types live where they are produced,
 so a cycle means a type is in the wrong module. And no module imports one of a higher layer
-(`LAYERS`, the one map of the layers; the architecture page states the same table, and a test
-holds the two together).
+(`LAYERS` in tests/helpers/layers.py, the one map of the layers; the architecture page states the
+same table, and a test holds the two together).
 """
 
 from __future__ import annotations
@@ -13,28 +13,10 @@ import ast
 import re
 from pathlib import Path
 
+from helpers.layers import LAYERS, ROOT, layer_of
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lenbench", "baselines")
-
-# The layers, bottom first: a module may import its own layer and those below, never one above.
-# A module is in the layer of the longest name listed here that is the module itself or a package
-# holding it; `lenbench` (the package's front door: the contract's names and the config schemas'
-# registration) is placed by its exact name only, so every other module must be listed.
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("contract", ("lenbench.contract", "lenbench.testing")),
-    ("plumbing", ("lenbench.runtime", "lenbench.heads", "lenbench.stages")),
-    ("data and scoring", ("lenbench", "lenbench.configs", "lenbench.data", "lenbench.scoring",
-                          "lenbench.sim")),
-    ("models", ("lenbench.models", "lenbench.worlds")),
-    ("generation and features", ("lenbench.generation", "lenbench.features")),
-    ("results and predictors", ("lenbench.results", "lenbench.outlets", "baselines")),
-    ("runs", ("lenbench.evaluate", "lenbench.pipeline", "lenbench.transfer", "lenbench.validate",
-              "lenbench.world_checks", "lenbench.leaderboard", "lenbench.rescore_scheduling",
-              "lenbench.worldbuilding")),
-    ("command line", ("lenbench.cli",)),
-)
-ROOT = "lenbench"
-
 
 def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     out = {}
@@ -130,19 +112,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
-
-
-def layer_of(module: str, layers=LAYERS, root: str = ROOT) -> int | None:
-    """The index in `layers` of the module's layer; None when no entry places it."""
-    place = {name: i for i, (_, names) in enumerate(layers) for name in names}
-    if module == root:
-        return place.get(root)
-    name = module
-    while name and name != root:
-        if name in place:
-            return place[name]
-        name = name.rpartition(".")[0]
-    return None
 
 
 def upward_imports(graph: dict[str, set[str]], layers=LAYERS, root: str = ROOT) -> list[str]:
