@@ -90,8 +90,7 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
                   needs: list | None = None, generate_only: bool = False) -> World | None:
     """Build (or reuse) model, PromptSet, labels and, if asked, features.
 
-    Each stage gets the typed parts of `run` it reads, and stages run in the order the layers
-    do (data, model, generation, features), so the config goes down, not back up.
+    Each stage gets the parts of `run` it reads, no more (tests/test_config_walk.py).
     `generate_only` stops after the generate stage and returns None: a generation worker
     (`generation.worker=i`) only writes its shards, the sweep that follows reads the labels.
     """
@@ -110,20 +109,18 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
         gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, ds, model,
                                              progress, ds_card)
         target, target_path = None, None
-        model_name = getattr(ds, "model_name", None) or UNNAMED_MODEL
+        model_name = _import_settings(ds)[0] or UNNAMED_MODEL
     else:
         target_path, model_key = resolve_model(model, cache, progress=progress)
         model_name = model.name
         if gen.shipped is None and (shipped := model_world(target_path)) is not None:
             gen = replace(gen, shipped=shipped)  # shipped weights come with their world
-        revision, dtype = model.revision, model.dtype
-        template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
 
         @functools.cache
         def target() -> TargetModel:
-            tm = load_target(target_path, dtype, device, revision)
+            tm = load_target(target_path, model.dtype, device, model.revision)
             # predictors that prompt the model themselves (PIA) render as the generate stage did
-            tm.info["chat_template_kwargs"] = dict(template_kwargs)
+            tm.info["chat_template_kwargs"] = dict(getattr(model, "chat_template_kwargs", {}) or {})
             # predictors that derive data from the target (OUTLETS's training cache) keep it here
             tm.key, tm.cache_dir = model_key, str(cache)
             return tm
@@ -244,10 +241,9 @@ def label_import_cap(run: RunConfig) -> int | None:
     return int(declared) if declared is not None else known.largest
 
 
-def _import_settings(ds: DatasetConfig) -> tuple[str | None, str | None, int | None]:
-    """(model_name, tokenizer, max_length) of a trace: the jsonl schema's label-import fields,
-    None for a source whose schema has none (a source registered in code)."""
-    return tuple(getattr(ds, k, None) for k in LABEL_IMPORT_KEYS)  # type: ignore[return-value]
+def _import_settings(ds: DatasetConfig) -> tuple:
+    """(model_name, tokenizer, max_length): the jsonl schema's fields (None where none)."""
+    return tuple(getattr(ds, k, None) for k in LABEL_IMPORT_KEYS)
 
 
 def _import_tokenizer(name: str | None, model: ModelConfig, cache: Path, progress: bool
@@ -318,8 +314,7 @@ def generation_stage_config(gen: GenerationConfig, model: ModelConfig, model_key
     key = {"model": model_key, **{k: getattr(gen, k) for k in GENERATION_KEYS}, **label_key(gen)}
     key.update({k: getattr(gen, k) for k in OPTIONAL_GENERATION_KEYS
                 if getattr(gen, k) is not None})
-    template_kwargs = getattr(model, "chat_template_kwargs", None)  # the toy model has none
-    if template_kwargs:
+    if template_kwargs := getattr(model, "chat_template_kwargs", None):  # the toy's has none
         key["chat_template_kwargs"] = dict(template_kwargs)
     if model.source != "toy":  # a hub/local model's key is only its path+revision
         key["dtype"] = model.dtype
@@ -346,10 +341,8 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
         return stage
     store = SampleStore(cache / "samples" / stable_hash(sample_key(stage_cfg)))
     log.info("generate stage: %s (samples kept for reuse in %s)", stage.path, store.folder)
-    workers, worker = int(gen.workers or 1), gen.worker
-    revision, dtype = model.revision, model.dtype
+    workers, worker, revision = int(gen.workers or 1), gen.worker, model.revision
     template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
-    backend_config = dict(sorted(asdict(gen).items()))
 
     def run(out_dir: Path, worker_i: int, n_workers: int) -> tuple[pd.DataFrame, dict]:
         # tokenizer and EOS ids without weights: the HF model loads only if a shard is left to
@@ -358,7 +351,7 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
 
         tokenizer = AutoTokenizer.from_pretrained(target_path, revision=revision)
         eos = pretrained_eos_ids(target_path, tokenizer, revision)
-        handle = GenerationTarget(path=target_path, revision=revision, dtype=dtype,
+        handle = GenerationTarget(path=target_path, revision=revision, dtype=model.dtype,
                                   tokenizer=tokenizer, load=target)
         sampling = SamplingConfig(gen.temperature, gen.top_p, gen.max_new_tokens)
         known = {} if gen.regenerate else \
@@ -375,11 +368,11 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
             dense_prompts=int(gen.dense_prompts or 0),
             dense_n_samples=gen.dense_n_samples, dense_split=gen.dense_split)
         card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
-                     "model_dtype": dtype, "sample_key": sample_key(stage_cfg),
+                     "model_dtype": model.dtype, "sample_key": sample_key(stage_cfg),
                      "shipped_world": None if shipped is None else
                      {"name": shipped.name, "used": not gen.regenerate,
                       "fingerprint": shipped.fingerprint},
-                     "backend_config": backend_config})
+                     "backend_config": dict(sorted(asdict(gen).items()))})
         return labels, card
 
     def write(tmp: Path, labels: pd.DataFrame, card: dict) -> None:
