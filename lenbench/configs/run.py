@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from lenbench.configs import dataset, generation, model
 from lenbench.configs.dataset import DatasetConfig
@@ -155,13 +156,16 @@ def _node(group: str, values: Mapping[str, Any]) -> DictConfig:
 
 
 def _typed(group: str, values: Mapping[str, Any]) -> Any:
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         return OmegaConf.to_object(_node(group, values))
     except OmegaConfBaseException as exc:
-        raise ValueError(f"{group}.{getattr(exc, 'full_key', '')}: "
-                         f"{str(getattr(exc, 'msg', exc)).splitlines()[0]}") from None
+        raise _problem(group, exc) from None
+
+
+def _problem(group: str, exc: OmegaConfBaseException) -> ValueError:
+    """OmegaConf's refusal as one line naming the field."""
+    return ValueError(f"{group}.{getattr(exc, 'full_key', '')}: "
+                      f"{str(getattr(exc, 'msg', exc)).splitlines()[0]}")
 
 
 def _plain(value: Any) -> Any:
@@ -202,8 +206,6 @@ class RunConfig:
         partial mapping (a notebook, a test) is completed as `lenbench` with no override would
         compose it: each group's schema defaults (the default run's option where the group
         does not name one), interpolations resolved across groups."""
-        from omegaconf.errors import OmegaConfBaseException
-
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=False)
         groups = {f.name for f in dataclasses.fields(cls)} & set(GROUP_SCHEMAS) | {"transfer"}
@@ -218,8 +220,7 @@ class RunConfig:
                 root[group] = None if group == "transfer" and values is None else \
                     _node(group, values or {})
             except OmegaConfBaseException as exc:
-                raise ValueError(f"{group}.{getattr(exc, 'full_key', '')}: "
-                                 f"{str(getattr(exc, 'msg', exc)).splitlines()[0]}") from None
+                raise _problem(group, exc) from None
         root["predictor"] = cfg.get("predictor") or {}
         plain = OmegaConf.to_container(root, resolve=True, throw_on_missing=False)
         known = {f.name for f in dataclasses.fields(cls)}
