@@ -59,7 +59,7 @@ GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_sampl
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
 OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts",
-                            "dense_split")
+                            "dense_split", "repetition_penalty")
 
 
 @dataclass
@@ -311,11 +311,20 @@ def generation_stage_config(cfg: dict, model_key: str) -> dict:
     model_cfg = dict(cfg["model"])
     key = {"model": model_key, **{k: gen.get(k) for k in GENERATION_KEYS}, **label_key(gen)}
     key.update({k: gen[k] for k in OPTIONAL_GENERATION_KEYS if gen.get(k) is not None})
+    if key.get("repetition_penalty") == 1:  # 1.0 is no penalty: the same labels as none
+        del key["repetition_penalty"]
     if model_cfg.get("chat_template_kwargs"):
         key["chat_template_kwargs"] = dict(model_cfg["chat_template_kwargs"])
     if model_cfg["source"] != "toy":  # a hub/local model's key is only its path+revision
         key["dtype"] = model_cfg.get("dtype")
     return key
+
+
+def sampling_config(gen: dict, max_new_tokens: int | None = None) -> SamplingConfig:
+    """The sampling settings of a generation config (its cap, or another one)."""
+    return SamplingConfig(gen["temperature"], gen["top_p"],
+                          max_new_tokens or gen["max_new_tokens"],
+                          float(gen.get("repetition_penalty") or 1.0))
 
 
 def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: str, parent: str,
@@ -353,7 +362,7 @@ def _generate_stage(cache: Path, cfg: dict, prompts: pd.DataFrame, model_key: st
         handle = GenerationTarget(path=target_path, revision=revision,
                                   dtype=model_cfg["dtype"], tokenizer=tokenizer,
                                   load=target)
-        sampling = SamplingConfig(gen["temperature"], gen["top_p"], gen["max_new_tokens"])
+        sampling = sampling_config(gen)
         known = {} if gen.get("regenerate") else \
             {**store.load(), **(shipped.known(prompts) if shipped is not None else {})}
         labels, card = generate_labels(

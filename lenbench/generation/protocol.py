@@ -28,6 +28,10 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    # > 1 lowers the logits of every token already in the prompt or the answer (divides a
+    # positive logit, multiplies a negative one), before temperature and top-p, as Hugging Face
+    # and vLLM define it; 1.0 is off
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ def _card(name, description, cfg, key, ps_card, prompts, wanted, present, files,
         "name": name, "version": 2, "description": description,
         "dataset": _dataset_block(cfg, ps_card, prompts, wanted),
         "generation": {k: gen.get(k) for k in (
-            "temperature", "top_p", "max_new_tokens", "seed", "n_samples", "dense_prompts",
+            "temperature", "top_p", "repetition_penalty", "max_new_tokens", "seed", "n_samples", "dense_prompts",
             "dense_n_samples", "dense_split", "keep_censored", "max_prompt_tokens", "backend")},
         "model_dtype": cfg["model"].get("dtype"),
         "sample_key": key,
