@@ -57,6 +57,8 @@ def stage_folder(cfg: dict, n_prompts: int, samples: int, cap: int) -> Path:
            "model": cfg["model"].get("name"), "temperature": g["temperature"],
            "top_p": g["top_p"], "seed": g["seed"], "max_prompt_tokens": g["max_prompt_tokens"],
            "prompts": n_prompts, "samples": samples, "cap": cap}
+    if (g.get("repetition_penalty") or 1) != 1:  # added later: keys without it stay as they were
+        key["repetition_penalty"] = g["repetition_penalty"]
     return Path(cfg["paths"]["cache_dir"]) / "cap_curve" / stable_hash(key)
 
 
@@ -65,12 +67,12 @@ def generate(args) -> pd.DataFrame:
     import torch
 
     from lenbench.generation.hf import HFGenerator
-    from lenbench.generation.protocol import SamplingConfig
     from lenbench.generation.runner import generate_labels
     from lenbench.models.chat import eos_token_ids
     from lenbench.models.loading import load_target, resolve_model
+    from lenbench.pipeline import sampling_config
 
-    cfg = compose(args.experiment)
+    cfg = compose(args.experiment, args.override)
     g = cfg["generation"]
     prompts = curve_prompts(cfg, args.prompts)
     cache = Path(cfg["paths"]["cache_dir"])
@@ -84,7 +86,7 @@ def generate(args) -> pd.DataFrame:
     known = _kept(Path(args.keep)) if args.keep else {}
     labels, _ = generate_labels(
         rendered_ok, target.model, target.tokenizer, out,
-        SamplingConfig(g["temperature"], g["top_p"], args.cap), n_samples=args.samples,
+        sampling_config(g, args.cap), n_samples=args.samples,
         seed=g["seed"], batch_size=args.batch_size or g["batch_size"],
         shard_prompts=1,  # a prompt's samples are kept on disk as soon as all of them end
         max_prompt_tokens=g["max_prompt_tokens"], keep_censored=True, progress=False,
@@ -157,19 +159,24 @@ def loop_check(labels: pd.DataFrame, n: int = 8, tail: int = 256, loop_below: fl
 
 
 def report(args) -> dict:
-    cfg = compose(args.experiment)
-    folder = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
-    shards = sorted(folder.glob("shard-*.parquet"))
-    if not shards:
-        raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
-    labels = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    cfg = compose(args.experiment, args.override)
+    if args.samples_file:  # an export (committed): the curve without generating anything
+        labels = pd.read_parquet(args.samples_file)
+    else:
+        folder = stage_folder(cfg, args.prompts, args.samples, args.cap) / "shards"
+        shards = sorted(folder.glob("shard-*.parquet"))
+        if not shards:
+            raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
+        labels = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
     caps = sorted({c for c in CAPS if c <= args.cap} | {args.cap})
     shares = eos_shares(labels, caps)
     n_prompts = labels["prompt_id"].nunique()
     summary = {"experiment": args.experiment, "prompts": int(n_prompts),
                "samples": int(len(labels)), "widest_cap": args.cap,
                "temperature": cfg["generation"]["temperature"],
-               "top_p": cfg["generation"]["top_p"], "eos_share_within": shares,
+               "top_p": cfg["generation"]["top_p"],
+               "repetition_penalty": cfg["generation"].get("repetition_penalty") or 1.0,
+               "eos_share_within": shares,
                "complete": n_prompts >= args.prompts,
                "ended_median_L": float(labels.loc[labels["finish_reason"] == "stop", "L"]
                                        .median()),
@@ -257,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("generate", "report"))
     ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--override", action="append", default=[],
+                    help="a Hydra override of the experiment, e.g. generation.temperature=1.0 "
+                         "(repeatable): a curve for other sampling settings")
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--cap", type=int, default=max(CAPS))
@@ -267,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", help="report: write the curve here")
     ap.add_argument("--plot", help="report: draw the curve here (PNG)")
     ap.add_argument("--export", help="report: add the samples (no text) to this parquet")
+    ap.add_argument("--samples-file", help="report: read the samples from this export instead "
+                    "of the generated shards")
     ap.add_argument("--keep", help="generate: take the samples this parquet holds (an export)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
