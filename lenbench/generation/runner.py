@@ -344,7 +344,9 @@ def generate_labels(
         "censored_rows": "kept (flagged)" if keep_censored else "dropped",
         "max_length_exclusive": max_length_exclusive,
         "n_dropped_length": n_too_long_output,
-        "sampling": asdict(sampling), "seed": seed, "eos_token_ids": eos,
+        "sampling": {k: v for k, v in asdict(sampling).items()  # no penalty: cards as before
+                     if not (k == "repetition_penalty" and v == 1)},
+        "seed": seed, "eos_token_ids": eos,
         "chat_template": getattr(tokenizer, "chat_template", None),
         "chat_template_kwargs": dict(chat_template_kwargs or {}),
         "tokenizer": type(tokenizer).__name__,
