@@ -19,6 +19,7 @@ from lenbench.configs import RunConfig
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.contract.predictor import Predictor
 from lenbench.contract.views import SplitView
+from lenbench.generation.protocol import penalty_in_effect
 from lenbench.pipeline import World
 from lenbench.results import (
     PROTOCOL_VERSION,
@@ -62,6 +63,8 @@ IDENTITY = ("dataset", "model", "generation", "features", "eval", "sim")
 def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,
                  predictor_cfg: dict) -> dict[str, Any]:
     identity = run.to_dict(IDENTITY)
+    if penalty_in_effect(run.generation.repetition_penalty) is None:  # off: named as before it
+        identity["generation"].pop("repetition_penalty", None)        # existed
     identity.update(predictor=computing_params(predictor_cfg), seed=seed)
     if run.transfer is not None:  # a run that also scores a transfer set: a file of its own
         identity.update(run.to_dict(("transfer",)))

@@ -33,9 +33,15 @@ from lenbench.data.promptset import (
 )
 from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import extract_features, features_config
-from lenbench.generation.backends import GenerationTarget, backend_name, label_key, make_generator
+from lenbench.generation.backends import (
+    GenerationTarget,
+    backend_name,
+    label_key,
+    make_generator,
+    sampling_config,
+)
 from lenbench.generation.labels_import import import_labels, known_lengths
-from lenbench.generation.protocol import SamplingConfig
+from lenbench.generation.protocol import penalty_in_effect
 from lenbench.generation.runner import ShardsPending, generate_labels
 from lenbench.models.chat import pretrained_eos_ids
 from lenbench.models.gguf import read_card
@@ -63,7 +69,7 @@ GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_sampl
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
 OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts",
-                            "dense_split")
+                            "dense_split")  # and repetition_penalty, only where it acts
 
 
 @dataclass
@@ -314,6 +320,8 @@ def generation_stage_config(gen: GenerationConfig, model: ModelConfig, model_key
     key = {"model": model_key, **{k: getattr(gen, k) for k in GENERATION_KEYS}, **label_key(gen)}
     key.update({k: getattr(gen, k) for k in OPTIONAL_GENERATION_KEYS
                 if getattr(gen, k) is not None})
+    if (penalty := penalty_in_effect(gen.repetition_penalty)) is not None:
+        key["repetition_penalty"] = penalty
     if template_kwargs := getattr(model, "chat_template_kwargs", None):  # the toy's has none
         key["chat_template_kwargs"] = dict(template_kwargs)
     if model.source != "toy":  # a hub/local model's key is only its path+revision
@@ -353,7 +361,7 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
         eos = pretrained_eos_ids(target_path, tokenizer, revision)
         handle = GenerationTarget(path=target_path, revision=revision, dtype=model.dtype,
                                   tokenizer=tokenizer, load=target)
-        sampling = SamplingConfig(gen.temperature, gen.top_p, gen.max_new_tokens)
+        sampling = sampling_config(gen)
         known = {} if gen.regenerate else \
             {**store.load(), **(shipped.known(prompts) if shipped is not None else {})}
         labels, card = generate_labels(

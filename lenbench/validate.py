@@ -49,6 +49,7 @@ INTEGERS: dict[str, tuple[int | None, bool]] = {
 NUMBERS: dict[str, tuple[float, float, bool, bool]] = {
     "generation.temperature": (0.0, float("inf"), True, False),
     "generation.top_p": (0.0, 1.0, False, True),
+    "generation.repetition_penalty": (0.0, float("inf"), False, False),
     "eval.ci": (0.0, 1.0, False, False),
 }
 TEXTS = ("dataset.model_name", "dataset.tokenizer")  # text or null
@@ -94,7 +95,7 @@ def _numeric_problems(cfg: Mapping[str, Any]) -> list[str]:
             out.append(f"{field}={value!r}: must be {need}")
     for field, (low, high, low_in, high_in) in NUMBERS.items():
         value = _get(cfg, field)
-        if value is MISSING:
+        if value is MISSING or value is None:  # null where the schema allows it (typed there)
             continue
         ok = _is_number(value) and (value >= low if low_in else value > low) and \
             (value <= high if high_in else value < high)

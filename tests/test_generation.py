@@ -29,6 +29,7 @@ from lenbench.generation.hf import (
     HFGenerator,
     _sample_candidates,
     _sample_sorted,
+    penalize_repeats,
     sample_token,
     sample_tokens,
 )
@@ -151,7 +152,9 @@ def _naive_sample(model, prompt, seed, eos, cfg: SamplingConfig) -> list[int]:
     with torch.no_grad():
         while True:
             logits = model(torch.tensor([ids])).logits[0, -1].float()
-            tok = sample_token(logits, float(rng.random()), cfg)
+            seen = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            seen[ids] = True
+            tok = sample_token(logits, float(rng.random()), cfg, seen)
             out.append(tok)
             ids.append(tok)
             if tok in eos or len(out) >= cfg.max_new_tokens:
@@ -177,6 +180,33 @@ def test_sampling_is_per_request_and_batch_independent(model, prompts, eos_ids):
     # and each request's tokens are those of a plain one-request loop with its own stream
     for req, out in list(zip(reqs, outputs))[:: 3]:
         assert out == _naive_sample(model, req.prompt_ids, req.seed, set(eos_ids), cfg)
+
+
+def test_repetition_penalty_is_hugging_faces(model, prompts, eos_ids):
+    """The penalty lowers exactly the tokens of the prompt and the answer so far, as
+    transformers' RepetitionPenaltyLogitsProcessor does, and batched generation with it is still
+    each request's own one-request loop."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, VOCAB, generator=g) * 3
+    ids = torch.randint(0, VOCAB, (4, 20), generator=g)
+    seen = torch.zeros(4, VOCAB, dtype=torch.bool).scatter_(1, ids, True)
+    want = RepetitionPenaltyLogitsProcessor(1.3)(ids, logits.clone())
+    assert torch.equal(penalize_repeats(logits, seen, 1.3), want)
+    assert not torch.equal(want, logits)
+
+    cfg = SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=MAX_NEW,
+                         repetition_penalty=1.3)
+    reqs = [GenRequest(p, (5, i)) for i, p in enumerate(prompts)]
+    got, _ = HFGenerator(model, eos_ids, batch_size=4).generate(reqs, cfg)
+    plain, _ = HFGenerator(model, eos_ids, batch_size=4).generate(
+        reqs, SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=MAX_NEW))
+    assert [r.output_ids for r in got] != [r.output_ids for r in plain]  # it does something
+    for req, r in list(zip(reqs, got))[::2]:
+        assert r.output_ids == _naive_sample(model, req.prompt_ids, req.seed, set(eos_ids), cfg)
+    with pytest.raises(ValueError, match="seen tokens"):
+        sample_tokens(logits, [0.5] * 4, cfg)
 
 
 def test_decode_attention_reads_only_each_rows_own_columns(model):

@@ -165,3 +165,32 @@ def test_a_run_reading_a_world_keeps_its_samples_where_grow_looks():
     """The world's digest is in the generate stage's key, not in its sample store's."""
     stage = {"model": "m", "temperature": 0.7, "max_new_tokens": 1024, "n_samples": 2}
     assert sample_key({**stage, "shipped": "0f" * 32}) == sample_key(stage)
+
+
+def test_worlds_doc_cites_the_committed_cap_curves():
+    """The cap-curve table in docs/worlds.md is what the committed curves hold, and the
+    preset's cap is where the doc says."""
+    import re
+    from pathlib import Path
+
+    from lenbench.configs import CONF_DIR
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = repo / "lenbench" / "worlds" / "smollm2_sharegpt_v2"
+    doc = (repo / "docs" / "worlds.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in doc.splitlines()
+            if line.startswith("| ended on EOS")}
+    for name, label in (("cap-curve.json", "penalty 1.1"), ("cap-curve-no-penalty.json",
+                                                           "no penalty")):
+        curve = json.loads((folder / name).read_text())
+        row = next(line for key, line in rows.items() if label in key)
+        cited = [float(x) for x in re.findall(r"([\d.]+)%", row)]
+        want = [round(100 * s["eos_share"], 1) for s in curve["eos_share_within"].values()]
+        assert cited == want, (name, cited, want)
+        assert f"{curve['samples']:,} samples" in row
+    penalized = json.loads((folder / "cap-curve.json").read_text())
+    assert penalized["complete"] and penalized["repetition_penalty"] == 1.1
+    preset = (CONF_DIR / "experiment" / "real_smollm2_v2.yaml").read_text()
+    assert re.search(r"max_new_tokens: 768\b", preset) and "repetition_penalty: 1.1" in preset
+    censored = 100 * (1 - penalized["eos_share_within"]["768"]["eos_share"])
+    assert f"{censored:.1f}% of the dense samples are censored" in doc

@@ -14,6 +14,8 @@ class GenerationConfig:
     backend: str = "hf"
     temperature: float = 1.0
     top_p: float = 1.0
+    repetition_penalty: float | None = None  # > 1: Hugging Face's and vLLM's penalty on the
+    #                                          tokens of the prompt and the answer so far
     max_new_tokens: int = 256
     n_samples: int = 4             # samples per prompt (>= 2 gives the noise-floor reference)
     seed: int = 0

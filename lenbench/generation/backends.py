@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lenbench.configs.generation import GenerationConfig
-from lenbench.generation.protocol import Generator
+from lenbench.generation.protocol import Generator, SamplingConfig, penalty_in_effect
 
 BACKENDS = ("hf", "vllm", "openai", "llamacpp")
 
@@ -52,6 +52,12 @@ def label_key(gen: GenerationConfig) -> dict:
     """The backend-specific part of the generate stage's cache key (only keys that are set)."""
     values = {k: getattr(gen, k) for k in LABEL_KEYS[backend_name(gen)]}
     return {k: v for k, v in values.items() if v not in (None, {}, [])}
+
+
+def sampling_config(gen: GenerationConfig, max_new_tokens: int | None = None) -> SamplingConfig:
+    """The sampling settings of a generation config (its cap, or another one)."""
+    return SamplingConfig(gen.temperature, gen.top_p, max_new_tokens or gen.max_new_tokens,
+                          penalty_in_effect(gen.repetition_penalty) or 1.0)
 
 
 def make_generator(gen: GenerationConfig, target: GenerationTarget,

@@ -32,9 +32,19 @@ from lenbench.generation.protocol import (
 )
 
 
-def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig) -> int:
-    """Inverse-CDF sampling with temperature and nucleus (top-p) filtering; greedy at T=0."""
-    return sample_tokens(logits[None], [uniform], cfg)[0]
+def sample_token(logits: torch.Tensor, uniform: float, cfg: SamplingConfig,
+                 seen: torch.Tensor | None = None) -> int:
+    """Inverse-CDF sampling with temperature and nucleus (top-p) filtering; greedy at T=0.
+    `seen` (a bool mask over the vocabulary) marks the tokens the repetition penalty lowers."""
+    return sample_tokens(logits[None], [uniform], cfg,
+                         None if seen is None else seen[None])[0]
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """The repetition penalty on each row's seen tokens: a positive logit divided by it, a
+    negative one multiplied, so a seen token always loses probability."""
+    lowered = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, lowered, logits)
 
 
 # candidate-set sizes tried before sorting the whole vocabulary
@@ -42,7 +52,7 @@ _CANDIDATES = (64, 2048)
 
 
 def sample_tokens(logits: torch.Tensor, uniforms: Sequence[float],
-                  cfg: SamplingConfig) -> list[int]:
+                  cfg: SamplingConfig, seen: torch.Tensor | None = None) -> list[int]:
     """`sample_token` for every row of a batch at once; row i uses uniforms[i].
 
     The token is defined by a stable descending sort of the float64 probabilities
@@ -50,7 +60,12 @@ def sample_tokens(logits: torch.Tensor, uniforms: Sequence[float],
     tried on their most probable tokens only (`_sample_candidates`), which is accepted only where
     it provably gives the same token; the remaining rows fall back to the full sort. Every step
     works along each row on its own, so a row samples the same token whatever else is in the batch.
+    `seen` [B, V] marks each row's prompt and answer tokens, for `cfg.repetition_penalty`.
     """
+    if cfg.repetition_penalty != 1:
+        if seen is None:
+            raise ValueError("a repetition penalty needs each row's seen tokens")
+        logits = penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
         return torch.argmax(logits, dim=-1).tolist()
     scaled = logits.double()
@@ -242,6 +257,7 @@ class _Row:
         self.prompt_ids = request.prompt_ids
         self.output: list[int] = []
         self.start = 0  # cache column of its first prompt token
+        self.seen: torch.Tensor | None = None  # prompt and answer tokens (repetition penalty)
 
 
 class HFGenerator(Generator):
@@ -335,11 +351,14 @@ class HFGenerator(Generator):
         # a prompt's samples may be admitted at different steps (one slot frees at a time):
         # its prefill is kept until its last queued sample has a slot, then copied, not redone
         queued = Counter(r.prompt_ids for r in requests)
+        penalized = cfg.repetition_penalty != 1
         prefilled: dict[tuple[int, ...], _Prefill] = {}
 
         def take(row: _Row, token: int) -> bool:
             """Append a sampled token; return True when the row is finished."""
             row.output.append(token)
+            if row.seen is not None:
+                row.seen[token] = True
             reason = "stop" if token in self.eos_ids else \
                 "length" if len(row.output) >= cfg.max_new_tokens else None
             if reason is None:
@@ -371,7 +390,12 @@ class HFGenerator(Generator):
                         prefilled.pop(p, None)
                 for j, row in zip(free, newcomers):
                     row.start = cache.col - len(row.prompt_ids)
-                    token = sample_token(logits[row.prompt_ids], float(row.rng.random()), cfg)
+                    if penalized:
+                        row.seen = torch.zeros(logits[row.prompt_ids].shape[-1],
+                                               dtype=torch.bool, device=self.device)
+                        row.seen[list(row.prompt_ids)] = True
+                    token = sample_token(logits[row.prompt_ids], float(row.rng.random()), cfg,
+                                         row.seen)
                     if not take(row, token):
                         slots[j] = row
             # 2. keep the live rows in the first slots: rows at the end move into the holes
@@ -410,7 +434,9 @@ class HFGenerator(Generator):
             stats.kv_real += int((cache.col - starts).sum())
             # 4. sample, free the slots of finished rows
             uniforms = [float(row.rng.random()) for row in rows]
-            for j, (row, token) in enumerate(zip(rows, sample_tokens(logits, uniforms, cfg))):
+            seen = torch.stack([row.seen for row in rows]) if penalized else None
+            for j, (row, token) in enumerate(zip(rows, sample_tokens(logits, uniforms, cfg,
+                                                                     seen))):
                 if take(row, token):
                     slots[j] = None
         assert all(r is not None for r in results)

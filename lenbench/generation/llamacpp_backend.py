@@ -172,11 +172,14 @@ class LlamaCppGenerator(OpenAIGenerator):
                 **self.length_provenance()}
 
     def request_body(self, request: GenRequest, cfg: SamplingConfig) -> dict:
-        return {"prompt": list(request.prompt_ids), "n_predict": cfg.max_new_tokens,
+        body = {"prompt": list(request.prompt_ids), "n_predict": cfg.max_new_tokens,
                 "temperature": cfg.temperature,
                 "top_p": cfg.top_p if cfg.temperature > 0 else 1.0,
                 "seed": request_seed(request.seed), "stream": False, "return_tokens": True,
                 "cache_prompt": self.cache_prompt, "n_probs": 0, **self.extra_body}
+        if cfg.repetition_penalty != 1:  # over the whole context (-1), as the hf backend
+            body.update(repeat_penalty=cfg.repetition_penalty, repeat_last_n=-1)
+        return body
 
     def read_reply(self, response: dict, request: GenRequest) -> Reply:
         if response.get("truncated"):

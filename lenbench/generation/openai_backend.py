@@ -223,6 +223,8 @@ class OpenAIGenerator(EOSProbe, JSONClient, Generator):
             "stop_token_ids": self.eos_ids,
             **self.extra_body,
         }
+        if cfg.repetition_penalty != 1:  # vLLM's and SGLang's name for it
+            body["repetition_penalty"] = cfg.repetition_penalty
         if self.token_ids_via_logprobs:
             body.update(logprobs=0, return_tokens_as_token_ids=True)
         else:

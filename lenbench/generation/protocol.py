@@ -13,7 +13,7 @@ started); the runner calls them where they exist.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
 # called as soon as a request is finished, with its index and its result (a backend that only
@@ -28,6 +28,25 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    # > 1 lowers the logits of every token already in the prompt or the answer (divides a
+    # positive logit, multiplies a negative one), before temperature and top-p, as Hugging Face
+    # and vLLM define it; 1.0 is off
+    repetition_penalty: float = 1.0
+
+    def record(self) -> dict:
+        """The settings as cards record them: the penalty only when it acts."""
+        record = asdict(self)
+        if penalty_in_effect(self.repetition_penalty) is None:
+            del record["repetition_penalty"]
+        return record
+
+
+def penalty_in_effect(value: float | None) -> float | None:
+    """A repetition penalty as it acts, or None where it does not (unset and 1.0 are both off).
+
+    Keys, cards and folder names hold the penalty only when it acts, so that everything made
+    before the option existed keeps its name and reads as before."""
+    return None if value is None or float(value) == 1.0 else float(value)
 
 
 @dataclass(frozen=True)

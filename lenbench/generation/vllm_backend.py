@@ -61,7 +61,9 @@ def sampling_kwargs(request: GenRequest, cfg: SamplingConfig, eos_ids: Sequence[
     """
     return {"n": 1, "temperature": float(cfg.temperature), "top_p": float(cfg.top_p),
             "max_tokens": int(cfg.max_new_tokens), "seed": request_seed(request.seed),
-            "stop_token_ids": sorted({int(e) for e in eos_ids}), **(extra or {})}
+            "stop_token_ids": sorted({int(e) for e in eos_ids}),
+            **({"repetition_penalty": float(cfg.repetition_penalty)}
+               if cfg.repetition_penalty != 1 else {}), **(extra or {})}
 
 
 def completion_result(completion: Any, eos_ids: Sequence[int],

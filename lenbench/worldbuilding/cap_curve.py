@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from lenbench.configs import RunConfig
+from lenbench.generation.protocol import penalty_in_effect
 
 CAPS = (384, 512, 768, 1024, 1536)
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -63,6 +64,8 @@ def stage_folder(run: RunConfig, n_prompts: int, samples: int, cap: int) -> Path
            "model": run.model.name, "temperature": g.temperature,
            "top_p": g.top_p, "seed": g.seed, "max_prompt_tokens": g.max_prompt_tokens,
            "prompts": n_prompts, "samples": samples, "cap": cap}
+    if (penalty := penalty_in_effect(g.repetition_penalty)) is not None:
+        key["repetition_penalty"] = penalty  # added later: keys without it stay as they were
     return Path(run.paths.cache_dir) / "cap_curve" / stable_hash(key)
 
 
@@ -70,13 +73,13 @@ def generate(args) -> pd.DataFrame:
     """Sample the curve's prompts at the widest cap, as the world's generate stage would."""
     import torch
 
+    from lenbench.generation.backends import sampling_config
     from lenbench.generation.hf import HFGenerator
-    from lenbench.generation.protocol import SamplingConfig
     from lenbench.generation.runner import generate_labels
     from lenbench.models.chat import eos_token_ids
     from lenbench.models.loading import load_target, resolve_model
 
-    run = compose(args.experiment)
+    run = compose(args.experiment, args.override)
     g = run.generation
     prompts = curve_prompts(run, args.prompts)
     cache = Path(run.paths.cache_dir)
@@ -90,7 +93,7 @@ def generate(args) -> pd.DataFrame:
     known = _kept(Path(args.keep)) if args.keep else {}
     labels, _ = generate_labels(
         rendered_ok, target.model, target.tokenizer, out,
-        SamplingConfig(g.temperature, g.top_p, args.cap), n_samples=args.samples,
+        sampling_config(g, args.cap), n_samples=args.samples,
         seed=g.seed, batch_size=args.batch_size or g.batch_size,
         shard_prompts=1,  # a prompt's samples are kept on disk as soon as all of them end
         max_prompt_tokens=g.max_prompt_tokens, keep_censored=True, progress=False,
@@ -163,19 +166,24 @@ def loop_check(labels: pd.DataFrame, n: int = 8, tail: int = 256, loop_below: fl
 
 
 def report(args) -> dict:
-    run = compose(args.experiment)
-    folder = stage_folder(run, args.prompts, args.samples, args.cap) / "shards"
-    shards = sorted(folder.glob("shard-*.parquet"))
-    if not shards:
-        raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
-    labels = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    run = compose(args.experiment, args.override)
+    if args.samples_file:  # an export (committed): the curve without generating anything
+        labels = pd.read_parquet(args.samples_file)
+    else:
+        folder = stage_folder(run, args.prompts, args.samples, args.cap) / "shards"
+        shards = sorted(folder.glob("shard-*.parquet"))
+        if not shards:
+            raise SystemExit(f"cap_curve report: no samples in {folder}; run `generate` first")
+        labels = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
     caps = sorted({c for c in CAPS if c <= args.cap} | {args.cap})
     shares = eos_shares(labels, caps)
     n_prompts = labels["prompt_id"].nunique()
     summary = {"experiment": args.experiment, "prompts": int(n_prompts),
                "samples": int(len(labels)), "widest_cap": args.cap,
                "temperature": run.generation.temperature,
-               "top_p": run.generation.top_p, "eos_share_within": shares,
+               "top_p": run.generation.top_p,
+               "repetition_penalty": penalty_in_effect(run.generation.repetition_penalty) or 1.0,
+               "eos_share_within": shares,
                "complete": n_prompts >= args.prompts,
                "ended_median_L": float(labels.loc[labels["finish_reason"] == "stop", "L"]
                                        .median()),
@@ -263,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("generate", "report"))
     ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--override", action="append", default=[],
+                    help="a Hydra override of the experiment, e.g. generation.temperature=1.0 "
+                         "(repeatable): a curve for other sampling settings")
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--cap", type=int, default=max(CAPS))
@@ -273,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", help="report: write the curve here")
     ap.add_argument("--plot", help="report: draw the curve here (PNG)")
     ap.add_argument("--export", help="report: add the samples (no text) to this parquet")
+    ap.add_argument("--samples-file", help="report: read the samples from this export instead "
+                    "of the generated shards")
     ap.add_argument("--keep", help="generate: take the samples this parquet holds (an export)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

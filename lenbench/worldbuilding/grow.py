@@ -269,9 +269,9 @@ def _transfer_block(run: RunConfig, ps_card, prompts, wanted, present, files, ou
 
 
 # the generation settings a card records
-CARD_GENERATION_KEYS = ("temperature", "top_p", "max_new_tokens", "seed", "n_samples",
-                        "dense_prompts", "dense_n_samples", "dense_split", "keep_censored",
-                        "max_prompt_tokens", "backend")
+CARD_GENERATION_KEYS = ("temperature", "top_p", "repetition_penalty", "max_new_tokens", "seed",
+                        "n_samples", "dense_prompts", "dense_n_samples", "dense_split",
+                        "keep_censored", "max_prompt_tokens", "backend")
 
 
 def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, present, files,
