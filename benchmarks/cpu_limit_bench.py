@@ -81,10 +81,24 @@ def _load(cfg):
     return load_target(resolve_model(cfg.model, Path(cfg.paths.cache_dir))[0], "float32", "cpu")
 
 
-def _generate_worker(cfg, requests: list, shards: list[list[int]] | None, batch: int,
+def _load_in_checkout(values: dict):
+    """The target as the lenbench on the path loads it: typed parts where that checkout has
+    them, the model group's dict in an earlier one."""
+    from lenbench import configs
+    from lenbench.models.loading import load_target, resolve_model
+
+    typed = getattr(getattr(configs, "RunConfig", None), "from_composed", None)
+    model = typed(values).model if typed else values["model"]
+    return load_target(resolve_model(model, Path(values["paths"]["cache_dir"]))[0],
+                       "float32", "cpu")
+
+
+def _generate_worker(values: dict, requests: list, shards: list[list[int]] | None, batch: int,
                      start_at: float, code: str | None = None):
     """One process: the requests as one call (shards None) or one call per shard, with the
-    lenbench in folder `code` (an earlier checkout) when given."""
+    lenbench in folder `code` (an earlier checkout) when given. The config comes as plain
+    values, so that nothing of this checkout's lenbench is imported before `code` is on the
+    path."""
     if code:
         import sys
 
@@ -94,11 +108,11 @@ def _generate_worker(cfg, requests: list, shards: list[list[int]] | None, batch:
     from lenbench.models.chat import eos_token_ids
 
     torch.set_num_threads(1)
-    target = _load(cfg)
+    target = _load_in_checkout(values)
     gen = HFGenerator(target.model, eos_token_ids(target.model, target.tokenizer),
                       batch_size=batch)
-    g = cfg.generation
-    sampling = SamplingConfig(g.temperature, g.top_p, g.max_new_tokens)
+    g = values["generation"]
+    sampling = SamplingConfig(g["temperature"], g["top_p"], g["max_new_tokens"])
     reqs = [GenRequest(tuple(p), tuple(s)) for p, s in requests]
     while time.time() < start_at:  # every process starts together, after loading
         time.sleep(0.01)
@@ -131,7 +145,8 @@ def generate_side_by_side(cfg, requests, args):
         for shards in per_proc:
             idx = [i for s in shards for i in s]
             local = [[idx.index(i) for i in s] for s in shards] if by_shard else None
-            jobs.append((cfg, [requests[i] for i in idx], local, batch, time.time() + 25, code))
+            jobs.append((cfg.to_dict(), [requests[i] for i in idx], local, batch,
+                         time.time() + 25, code))
         results = _parallel(_generate_worker, jobs)
         outputs = {}
         for shards, (_, outs) in zip(per_proc, results):

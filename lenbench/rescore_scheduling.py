@@ -56,8 +56,9 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     lengths, row by row."""
     import pandas as pd
 
-    stored = stored_world_config(result)
-    cache = Path(cache_dir or stored.paths.cache_dir)
+    # the stored config is typed only to rebuild the world: a cached world needs its folder alone
+    cache = Path(cache_dir or ((result.get("config") or {}).get("paths") or {}).get("cache_dir")
+                 or stored_world_config(result).paths.cache_dir)
     key = (result.get("stage_keys") or {}).get("generate") or (result.get("dataset") or {}).get(
         "key")
     cached = cache / "generate" / str(key) / "labels.parquet"
@@ -66,6 +67,7 @@ def world_prompt_lengths(result: dict[str, Any], cache_dir: str | None = None) -
     elif (world := shipped_world_of(result)) is not None:
         from lenbench.pipeline import prepare_world
 
+        stored = stored_world_config(result)
         run = replace(stored, generation=replace(stored.generation, shipped=world),
                       paths=replace(stored.paths, cache_dir=str(cache)))
         check_loads_without_generating(result, run, world)

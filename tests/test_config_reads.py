@@ -43,6 +43,7 @@ STORED = {
     "lenbench.leaderboard.provenance": "the generation card a result recorded",
     "lenbench.leaderboard.scheduling": "the sim settings a result's scheduling block recorded",
     "lenbench.leaderboard.scheduling_scores": "the class thresholds a scheduling block recorded",
+    "lenbench.rescore_scheduling": "the cache folder a stored result's config recorded",
     "lenbench.results.rescore": "the cap and eval settings a stored result's config recorded",
     "lenbench.sim.record": "the sim settings of a stored scheduling block, rescored",
     "lenbench.worlds.pack": "the generation settings a generate stage's card recorded",

@@ -271,3 +271,22 @@ def test_code_reads_a_groups_defaults_from_its_schema():
                                                    "GenerationConfig")
     with pytest.raises(ValueError, match="n_boot"):
         RunConfig.from_composed({"eval": {"n_boot": "many"}})
+
+
+@pytest.mark.parametrize("override,preset", [
+    ("generation.backend=vllm", "generation=vllm"),
+    ("model.source=gguf", "model=smollm2-135m-instruct"),
+    ("dataset.source=alpaca", "dataset=alpaca"),
+])
+def test_switching_an_option_by_its_key_names_the_presets_that_bring_its_settings(override,
+                                                                                 preset):
+    """`generation.backend=vllm` on the hf preset keeps hf's settings, which vLLM's schema
+    does not describe: typing says so in one line, naming the presets to choose instead."""
+    from lenbench.configs import RunConfig
+
+    composed = OmegaConf.to_container(_compose(override), resolve=True)
+    with pytest.raises(ValueError, match="does not fit") as err:
+        RunConfig.from_composed(composed)
+    assert preset in str(err.value) and "\n" not in str(err.value)
+    fixed = _compose(preset)  # the preset it names composes and types
+    assert RunConfig.from_composed(OmegaConf.to_container(fixed, resolve=True))

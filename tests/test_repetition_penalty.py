@@ -7,11 +7,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lenbench.configs import CONF_DIR, RunConfig
+from lenbench.generation.backends import sampling_config
 from lenbench.generation.llamacpp_backend import LlamaCppGenerator
 from lenbench.generation.openai_backend import OpenAIGenerator
 from lenbench.generation.protocol import GenRequest, SamplingConfig
 from lenbench.generation.vllm_backend import sampling_kwargs
-from lenbench.generation.backends import sampling_config
 from lenbench.pipeline import generation_stage_config
 
 REQ = GenRequest((5, 6), (0, 1, 0))

@@ -140,9 +140,28 @@ def group_schema(group: str, values: Mapping[str, Any]) -> type:
 
     for candidates in ([s for s in exact if named(s)], exact, [s for s in fits if named(s)], fits):
         if candidates:
-            return candidates[0]
+            picked = candidates[0]
+            if key in values and chosen in options and not named(picked):
+                raise ValueError(_other_option(group, key, chosen, options, picked))
+            return picked
     unknown = sorted(keys - _names(options.get(chosen, next(iter(options.values())))))
     raise ValueError(f"{group}: no {group} schema has the keys {unknown}")
+
+
+def _other_option(group: str, key: str, chosen: str, options: dict[str, type],
+                  picked: type) -> str:
+    """The one line for a `source`/`backend` set to another option than the group's preset:
+    its settings would not fit that option's schema, so the preset must change, not the key."""
+    from lenbench.configs import CONF_DIR
+
+    folder = "dataset" if group == "transfer" else group
+    option = next(n for n, s in options.items() if s is picked)
+    presets = sorted(p.stem for p in (CONF_DIR / folder).glob("*.yaml")
+                     if f"/schema/{folder}/{chosen}@" in p.read_text())
+    choose = (f"choose a preset made for it ({', '.join(f'{folder}={p}' for p in presets)})"
+              if presets else f"no {folder} preset is made for it")
+    return (f"{group}.{key}={chosen!r} does not fit this {group}'s settings (a {option} "
+            f"preset's): {choose}, which brings its own settings")
 
 
 def group_config(group: str, values: Mapping[str, Any] | None) -> Any:
