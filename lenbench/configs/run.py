@@ -191,7 +191,7 @@ def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)  # keywords only: `transfer` has a default, others not
 class RunConfig:
     """The run's config as typed objects: one schema dataclass per group.
 
@@ -227,7 +227,7 @@ class RunConfig:
         does not name one), interpolations resolved across groups."""
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=False)
-        groups = {f.name for f in dataclasses.fields(cls)} & set(GROUP_SCHEMAS) | {"transfer"}
+        groups = ({f.name for f in dataclasses.fields(cls)} & set(GROUP_SCHEMAS)) | {"transfer"}
         root = OmegaConf.create({k: v for k, v in cfg.items() if k not in groups})
         for group in sorted(groups):
             values = cfg.get(group)
