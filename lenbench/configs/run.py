@@ -191,7 +191,7 @@ def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-@dataclass(frozen=True, kw_only=True)  # keywords only: `transfer` has a default, others not
+@dataclass(frozen=True, kw_only=True)  # `transfer` (a default) precedes required parts
 class RunConfig:
     """The run's config as typed objects: one schema dataclass per group.
 
