@@ -194,3 +194,28 @@ def test_worlds_doc_cites_the_committed_cap_curves():
     assert re.search(r"max_new_tokens: 768\b", preset) and "repetition_penalty: 1.1" in preset
     censored = 100 * (1 - penalized["eos_share_within"]["768"]["eos_share"])
     assert f"{censored:.1f}% of the dense samples are censored" in doc
+
+
+def test_readme_cites_the_complete_v2_card():
+    """The README's v2 figures (size, censored shares, fingerprints, tokens) are the card's
+    and the shipped chunks'."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = repo / "lenbench" / "worlds" / "smollm2_sharegpt_v2"
+    card = json.loads((folder / "card.json").read_text())
+    readme = " ".join((repo / "README.md").read_text().split())
+    assert card["progress"]["complete"] and "It is complete" in readme
+    assert f"labels fingerprint `{card['labels_fingerprint'][:8]}`" in readme
+    assert f"{100 * card['stats']['censored_share']:.1f}% of its samples are censored" in readme
+    transfer = card["transfer"]
+    assert f"{transfer['progress']['shipped_samples']} samples, " \
+           f"{100 * transfer['stats']['censored_share']:.1f}% censored (labels " \
+           f"`{transfer['labels_fingerprint'][:8]}`)" in readme
+    world = pd.concat([pd.read_parquet(folder / f) for f in card["files"]
+                       if f.startswith("samples-0")])
+    tokens = pd.read_parquet(folder / "samples-transfer-000.parquet")["L"].sum()
+    assert f"{world['L'].sum():,} generated tokens for the world and {tokens:,}" in readme
+    assert (world.groupby("prompt_id").size() >= 8).sum() >= 200
