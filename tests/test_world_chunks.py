@@ -196,9 +196,9 @@ def test_worlds_doc_cites_the_committed_cap_curves():
     assert f"{censored:.1f}% of the dense samples are censored" in doc
 
 
-def test_readme_cites_the_complete_v2_card():
-    """The README's v2 figures (size, censored shares, fingerprints, tokens) are the card's
-    and the shipped chunks'."""
+def test_readme_and_worlds_doc_cite_the_complete_v2_card():
+    """The v2 figures the README and docs/worlds.md cite (size, censored shares, fingerprints,
+    tokens) are the card's and the shipped chunks'."""
     from pathlib import Path
 
     import pandas as pd
@@ -219,3 +219,8 @@ def test_readme_cites_the_complete_v2_card():
     tokens = pd.read_parquet(folder / "samples-transfer-000.parquet")["L"].sum()
     assert f"{world['L'].sum():,} generated tokens for the world and {tokens:,}" in readme
     assert (world.groupby("prompt_id").size() >= 8).sum() >= 200
+    doc = " ".join((repo / "docs" / "worlds.md").read_text().split())
+    assert (f"The build is complete: {100 * card['stats']['censored_share']:.1f}% of its samples "
+            f"are censored at {card['generation']['max_new_tokens']} tokens") in doc
+    assert f"and {100 * transfer['stats']['censored_share']:.1f}% of the transfer set's" in doc
+    assert card["stats"]["censored_share"] <= 0.25
