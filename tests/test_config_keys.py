@@ -8,7 +8,8 @@ conversion and training, generation and feature extraction are stand-ins; `Stage
 watched so each stage's key is recorded wherever it is built), and takes the identity of the
 first predictor's result as `lenbench` would write it. The figures in tests/data/config_keys.json
 were recorded before the config was typed, and again when real_smollm2_v2 took its cap and
-repetition penalty (`python tests/test_config_keys.py --write` records them again, only for a
+repetition penalty and when its shipped world was complete (the generate key holds the shipped
+files' digest) (`python tests/test_config_keys.py --write` records them again, only for a
 change that means to move keys); typing the composed config must also
 give back the very mapping it was built from, which results record.
 """

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from lenbench.configs.run import GROUP_SCHEMAS, LenbenchConfig, RunConfig, group_config
+from lenbench.configs.run import CONF_DIR, GROUP_SCHEMAS, LenbenchConfig, RunConfig, group_config
 
 SCHEMAS: dict[str, dict[str, type]] = GROUP_SCHEMAS
 __all__ = ["SCHEMAS", "RunConfig", "group_config", "load_preset", "preset_config", "register"]
@@ -33,8 +33,6 @@ def register() -> None:
         for name, node in schemas.items():
             store.store(group=f"schema/{group}", name=name, node=node)
 
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def load_preset(group: str, name: str, conf_dir: Path = CONF_DIR) -> dict[str, Any]:

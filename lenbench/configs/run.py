@@ -8,6 +8,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -102,6 +103,9 @@ class LenbenchConfig:
     debug: bool = False        # true: user errors (bad config, bad input) show their traceback
 
 
+# the presets (conf/<group>/<option>.yaml), shipped inside the package
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
 # Each group's options (`group=option` picks one; a single-option group has `default`). The
 # transfer set is a dataset preset, so it takes the dataset group's schemas.
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
@@ -152,8 +156,6 @@ def _other_option(group: str, key: str, chosen: str, options: dict[str, type],
                   picked: type) -> str:
     """The one line for a `source`/`backend` set to another option than the group's preset:
     its settings would not fit that option's schema, so the preset must change, not the key."""
-    from lenbench.configs import CONF_DIR
-
     folder = "dataset" if group == "transfer" else group
     option = next(n for n, s in options.items() if s is picked)
     presets = sorted(p.stem for p in (CONF_DIR / folder).glob("*.yaml")
