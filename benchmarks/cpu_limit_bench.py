@@ -75,15 +75,10 @@ def _parallel(fn, args_list):
         return pool.starmap(fn, args_list)
 
 
-def _load(cfg):
-    from lenbench.models.loading import load_target, resolve_model
-
-    return load_target(resolve_model(cfg.model, Path(cfg.paths.cache_dir))[0], "float32", "cpu")
-
-
-def _load_in_checkout(values: dict):
-    """The target as the lenbench on the path loads it: typed parts where that checkout has
-    them, the model group's dict in an earlier one."""
+def _load(values: dict):
+    """The target as the lenbench on the path loads it, from the config's plain values (a
+    spawned worker may put an earlier checkout on the path first): typed parts where that
+    checkout has them, the model group's dict in an earlier one."""
     from lenbench import configs
     from lenbench.models.loading import load_target, resolve_model
 
@@ -108,7 +103,7 @@ def _generate_worker(values: dict, requests: list, shards: list[list[int]] | Non
     from lenbench.models.chat import eos_token_ids
 
     torch.set_num_threads(1)
-    target = _load_in_checkout(values)
+    target = _load(values)
     gen = HFGenerator(target.model, eos_token_ids(target.model, target.tokenizer),
                       batch_size=batch)
     g = values["generation"]
@@ -168,7 +163,7 @@ def llamacpp_tokens_per_s(cfg, requests, args) -> tuple[float, int] | None:
     if args.server_arg:
         overrides.append("generation.server_args=[" + ",".join(args.server_arg) + "]")
     lcfg = _compose(overrides)
-    target = _load(cfg)
+    target = _load(cfg.to_dict())
     handle = GenerationTarget(path="", revision=None, dtype="float32",
                               tokenizer=target.tokenizer, load=lambda: target)
     from lenbench.models.chat import eos_token_ids
@@ -207,7 +202,7 @@ def features_tokens_per_s(cfg, rows: pd.DataFrame, threads: int) -> tuple[float,
     from lenbench.features.extract import extract_features
 
     torch.set_num_threads(threads)
-    target = _load(cfg)
+    target = _load(cfg.to_dict())
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         extract_features(rows, target.model, Path(tmp), FeaturesConfig(), progress=False)
@@ -243,7 +238,7 @@ def main() -> None:
         overrides.append(f"generation.max_new_tokens={args.max_new_tokens}")
     cfg = _compose(overrides)
     args.batch = args.batch or cfg.generation.batch_size
-    target = _load(cfg)
+    target = _load(cfg.to_dict())
     _, prompts, _ = _promptset_stage(Path(cfg.paths.cache_dir), cfg.dataset)
     g = cfg.generation
     rendered = [render_prompt(target.tokenizer, t) for t in prompts["text"]]

@@ -7,10 +7,10 @@ test composes the presets as `lenbench` does, walks `prepare_world` with no mode
 conversion and training, generation and feature extraction are stand-ins; `Stage.__init__` is
 watched so each stage's key is recorded wherever it is built), and takes the identity of the
 first predictor's result as `lenbench` would write it. The figures in tests/data/config_keys.json
-were recorded before the config was typed, and again when real_smollm2_v2 took its cap and
-repetition penalty and when its shipped world was complete (the generate key holds the shipped
-files' digest) (`python tests/test_config_keys.py --write` records them again, only for a
-change that means to move keys); typing the composed config must also
+were recorded before the config was typed, again when real_smollm2_v2 took its cap and
+repetition penalty, and again when its shipped world was complete, since the generate key holds
+the shipped files' digest. `python tests/test_config_keys.py --write` records them again, only
+for a change that means to move keys. Typing the composed config must also
 give back the very mapping it was built from, which results record.
 """
 

@@ -34,7 +34,6 @@ def register() -> None:
             store.store(group=f"schema/{group}", name=name, node=node)
 
 
-
 def load_preset(group: str, name: str, conf_dir: Path = CONF_DIR) -> dict[str, Any]:
     """One group option as a plain dict, as `group=name` composes it (its schema's defaults,
     the presets it extends, then its own keys), without a Hydra app: for code and tests that
