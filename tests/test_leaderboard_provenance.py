@@ -1,0 +1,26 @@
+"""The labels' provenance under a world's heading counts every sample its card says was made:
+a dense subset's extra samples included, and the repetition penalty named where it acted."""
+
+from __future__ import annotations
+
+from lenbench.leaderboard.provenance import _penalty_text, label_counts
+
+SAMPLING = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 768}
+
+
+def test_a_dense_subset_counts_its_own_samples():
+    gen = {"sampling": SAMPLING, "n_prompts": 2250, "n_prompts_too_long": 15, "n_samples": 2,
+           "dense_prompts": 200, "dense_n_samples": 8, "n_censored": 1286}
+    assert label_counts(gen) == (2235, 2, 2035 * 2 + 200 * 8, 1286)  # 5,670 samples
+
+
+def test_labels_without_a_dense_subset_read_as_before():
+    gen = {"sampling": SAMPLING, "n_prompts": 1008, "n_samples": 2, "n_censored": 905}
+    assert label_counts(gen) == (1008, 2, 2016, 905)
+    assert label_counts({**gen, "dense_prompts": 200, "dense_n_samples": None}) == \
+        (1008, 2, 2016, 905)
+
+
+def test_the_penalty_is_named_only_where_it_acts():
+    assert _penalty_text({**SAMPLING, "repetition_penalty": 1.1}) == ", repetition penalty 1.1"
+    assert _penalty_text(SAMPLING) == "" == _penalty_text({**SAMPLING, "repetition_penalty": 1.0})
