@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from lenbench.generation.label_counts import label_counts
 from lenbench.validate import ConfigError
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,7 @@ def warn_censoring(card: dict) -> None:
                  "length cap %s (%s)", card.get("n_rows", 0), card.get("n_prompts", 0),
                  card.get("n_censored", 0), card.get("length_cap"), card.get("length_cap_from"))
         return
-    n_generated = int(card.get("n_prompts", 0) - card.get("n_prompts_too_long", 0)) * \
-        int(card.get("n_samples") or 1)
-    n_censored = int(card.get("n_censored") or 0)
+    _, _, n_generated, n_censored = label_counts(card) or (0, 0, 0, 0)
     if n_generated and n_censored / n_generated > CENSORED_WARN_SHARE:
         cap = (card.get("sampling") or {}).get("max_new_tokens")
         log.warning("%d of %d samples (%.0f%%) hit max_new_tokens=%s and were %s; lengths are "

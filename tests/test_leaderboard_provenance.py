@@ -3,7 +3,8 @@ a dense subset's extra samples included, and the repetition penalty named where 
 
 from __future__ import annotations
 
-from lenbench.leaderboard.provenance import _penalty_text, label_counts
+from lenbench.generation.label_counts import label_counts
+from lenbench.leaderboard.provenance import _penalty_text
 
 SAMPLING = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 768}
 
@@ -24,3 +25,4 @@ def test_labels_without_a_dense_subset_read_as_before():
 def test_the_penalty_is_named_only_where_it_acts():
     assert _penalty_text({**SAMPLING, "repetition_penalty": 1.1}) == ", repetition penalty 1.1"
     assert _penalty_text(SAMPLING) == "" == _penalty_text({**SAMPLING, "repetition_penalty": 1.0})
+

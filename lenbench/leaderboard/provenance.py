@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lenbench.generation.label_counts import dense_subset, label_counts
 from lenbench.generation.protocol import penalty_in_effect
 from lenbench.leaderboard.blocks import Block, Text
 from lenbench.leaderboard.cells import DASH, cell_text
@@ -19,26 +20,8 @@ def _latest(ok: list[Result]) -> Result:
     return max(ok, key=lambda r: r.created_at)
 
 
-def label_counts(gen: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
-    """(prompts generated for, samples per prompt, samples generated, samples censored) of a
-    generation block; None when the labels were not sampled here (imported, or not recorded)."""
-    if not gen.get("sampling") or gen.get("n_prompts") is None:
-        return None
-    n_prompts = int(gen["n_prompts"]) - int(gen.get("n_prompts_too_long") or 0)
-    n_samples = int(gen.get("n_samples") or 1)
-    dense, dense_n = _dense(gen, n_prompts)
-    generated = (n_prompts - dense) * n_samples + dense * dense_n
-    return n_prompts, n_samples, generated, int(gen.get("n_censored") or 0)
-
-
-def _dense(gen: Mapping[str, Any], n_prompts: int) -> tuple[int, int]:
-    """(prompts, samples each) of the denser subset the labels have, (0, 0) where none."""
-    dense_n = int(gen.get("dense_n_samples") or 0)
-    return (min(int(gen.get("dense_prompts") or 0), n_prompts), dense_n) if dense_n else (0, 0)
-
-
 def _dense_text(gen: Mapping[str, Any], n_prompts: int) -> str:
-    dense, dense_n = _dense(gen, n_prompts)
+    dense, dense_n = dense_subset(gen, n_prompts)
     return f" ({dense_n} on {dense} prompts)" if dense else ""
 
 
