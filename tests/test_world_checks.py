@@ -20,7 +20,8 @@ def test_labels_with_tokens_pass(generator) -> None:
 
 
 def test_the_load_time_warning_counts_the_dense_subset_too(caplog):
-    card = {"sampling": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 768}, "n_prompts": 2250, "n_prompts_too_long": 15, "n_samples": 2,
+    sampling = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 768}
+    card = {"sampling": sampling, "n_prompts": 2250, "n_prompts_too_long": 15, "n_samples": 2,
             "dense_prompts": 200, "dense_n_samples": 8, "n_censored": 1286,
             "censored_rows": "kept (flagged)"}
     with caplog.at_level("WARNING"):
