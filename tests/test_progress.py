@@ -42,5 +42,16 @@ def test_bursts_log_one_line_a_second(caplog, monkeypatch):
     assert caplog.records[-1].getMessage().startswith("generate: 100/100")
 
 
+def test_time_left_by_tokens_where_rows_differ_in_cost(caplog, monkeypatch):
+    clock = iter([0.0, 10.0, 10.0])
+    monkeypatch.setattr("lenbench.runtime.progress.time.perf_counter", lambda: next(clock))
+    p = ProgressLog(logging.getLogger("t"), "features", 100, "rows", every_s=1e9,
+                    total_tokens=10_000)
+    caplog.set_level(logging.INFO)
+    p.advance(10, tokens=5_000)  # the long tenth of the rows is half the tokens: 10 s more,
+    line = caplog.records[-1].getMessage()  # not the 90 s the rows' rate says
+    assert "500 tokens/s" in line and "~0m10s left" in line
+
+
 def test_clock():
     assert _clock(59.6) == "1m00s" and _clock(3725) == "1h02m05s"

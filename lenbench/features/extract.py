@@ -154,7 +154,8 @@ def extract_features(
     no_logits = torch.empty(0, dtype=torch.long, device=device)  # logits_to_keep: none
     log.info("features: %d rows, %d tokens in %d batches of <= %d tokens", n_rows,
              tok_offsets[-1], len(batches), cfg.batch_tokens)
-    plog = ProgressLog(log, "features", n_rows, unit="rows", every_s=60.0)
+    plog = ProgressLog(log, "features", n_rows, unit="rows", every_s=60.0,
+                       total_tokens=int(tok_offsets[-1]))  # long rows first: time by tokens
 
     with Progress(TextColumn("[bold]features"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), disable=not progress) as bar, torch.inference_mode():

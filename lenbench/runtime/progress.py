@@ -2,7 +2,8 @@
 
 A rich bar redraws one terminal line; in a batch job's log file (SLURM, nohup, CI) it leaves
 nothing useful. `ProgressLog` writes an ordinary log line at most every `every_s` seconds and at
-every tenth of the work: done/total, rate, elapsed time and the time left.
+every tenth of the work: done/total, rate, elapsed time and the time left. Where rows differ in
+cost (long rows first), the time left is counted in tokens when the caller knows their total.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class ProgressLog:
     """Log `name: done/total (pct), rate unit/s, elapsed, ~left` as work advances."""
 
     def __init__(self, logger: logging.Logger, name: str, total: int, unit: str = "rows",
-                 every_s: float = 30.0, start: int = 0):
+                 every_s: float = 30.0, start: int = 0, total_tokens: int = 0):
         self.log, self.name, self.total, self.unit = logger, name, max(int(total), 0), unit
         self.every_s = every_s
         self.done = start
@@ -31,6 +32,7 @@ class ProgressLog:
         self.last_log = self.started
         self.last_tenth = self._tenth(start)
         self.tokens = 0  # tokens processed since start, when the caller counts them
+        self.total_tokens = total_tokens  # tokens of the work after `start`: the time left by them
 
     def _tenth(self, done: int) -> int:
         return 10 * done // self.total if self.total else 10
@@ -52,6 +54,8 @@ class ProgressLog:
         worked = self.done - self.base
         rate = worked / elapsed if elapsed > 0 else 0.0
         left = (self.total - self.done) / rate if rate > 0 else None
+        if self.total_tokens and self.tokens and elapsed > 0:
+            left = max(self.total_tokens - self.tokens, 0) / (self.tokens / elapsed)
         pct = 100 * self.done / self.total if self.total else 100.0
         parts = [f"{self.name}: {self.done}/{self.total} {self.unit} ({pct:.0f}%)",
                  f"{rate:.2f} {self.unit}/s"]
