@@ -290,3 +290,12 @@ def test_switching_an_option_by_its_key_names_the_presets_that_bring_its_setting
     assert preset in str(err.value) and "\n" not in str(err.value)
     fixed = _compose(preset)  # the preset it names composes and types
     assert RunConfig.from_composed(OmegaConf.to_container(fixed, resolve=True))
+
+
+def test_the_default_option_of_each_group_is_the_default_runs():
+    """configs/run.py names the option a partial group falls back to: conf/config.yaml's own."""
+    from lenbench.configs.run import DEFAULT_OPTION
+
+    cfg = _compose()
+    for group, (key, value) in DEFAULT_OPTION.items():
+        assert cfg[group][key] == value, group
