@@ -163,6 +163,25 @@ def test_the_result_validates_and_the_leaderboard_names_both_sets(tmp_path):
     assert f"| {mae:.1f} |" in row and f"| {mae - 12.5:+.1f} |" in row
 
 
+def test_two_sets_of_one_source_are_named_by_the_settings_that_tell_them_apart(tmp_path):
+    block = score_transfer(_fitted(), "median", HOME, AWAY, CFG, seed=0)
+    block["scored_on"]["name"] = block["trained_on"]["name"]  # both drawn from one source
+    result = _result(block, "median", 12.5)
+    result["config"] = {"dataset": {"name": "src", "max_words": 60, "limit": 2250,
+                                    "split": {"train": 0.5}},
+                        "transfer": {"name": "src", "min_words": 61, "max_words": 120,
+                                     "limit": 400, "split": {"train": 0.7}}}
+    folder = tmp_path / "results" / "home" / "m" / "median"
+    folder.mkdir(parents=True)
+    (folder / "a.json").write_text(json.dumps(json_safe(validate_result(json_safe(result)))))
+    text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
+    name = block["trained_on"]["name"]
+    assert (f"### Transfer: trained on {name} (limit 2250, max_words 60, min_words —), "
+            f"scored on {name} (limit 400, max_words 120, min_words 61)") in text
+    heading = next(ln for ln in text.splitlines() if ln.startswith("### Transfer"))
+    assert "split" not in heading  # scored on all its splits: the split is no difference
+
+
 def test_a_broken_transfer_block_names_the_field():
     from lenbench.results import ResultError
 

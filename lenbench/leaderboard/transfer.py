@@ -66,10 +66,31 @@ def _change(row: Row, home: dict[int, Result]) -> str:
     return f"{away - own:+.1f}"
 
 
-def _set_line(side: str, block: Mapping[str, Any]) -> str:
+SELECTION_IGNORED = ("split", "split_salt")  # the transfer set is scored on all of its splits
+
+
+def selections(config: Mapping[str, Any]) -> tuple[str, str]:
+    """How the two prompt sets' dataset settings differ (`min_words 1, max_words 60` against
+    `min_words 61, max_words 120`), from a result's config: two sets drawn from one source share
+    its name, and only these settings tell them apart. Empty where not recorded."""
+    home, away = config.get("dataset") or {}, config.get("transfer") or {}
+    keys = sorted(k for k in set(home) | set(away)
+                  if k not in SELECTION_IGNORED and home.get(k) != away.get(k))
+
+    def text(cfg: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k} {cfg.get(k, DASH)}" for k in keys) if cfg else ""
+
+    return text(home), text(away)
+
+
+def _named(block: Mapping[str, Any], selection: str) -> str:
+    return cell_text(block.get("name")) + (f" ({selection})" if selection else "")
+
+
+def _set_line(side: str, block: Mapping[str, Any], selection: str = "") -> str:
     keys = block.get("keys") or {}
     fp = _fingerprint(block)
-    return (f"{side} **{cell_text(block.get('name'))}**: promptset `{keys.get('promptset')}`, "
+    return (f"{side} **{_named(block, selection)}**: promptset `{keys.get('promptset')}`, "
             f"labels `{block.get('key')}`" + (f" (fingerprint `{fp[:8]}`)" if fp else "")
             + f", {block.get('n_rows')} rows from {block.get('n_prompts')} prompts")
 
@@ -77,18 +98,21 @@ def _set_line(side: str, block: Mapping[str, Any]) -> str:
 def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_prompts: int
                  ) -> list[Block]:
     """The table of one transfer set: its results, each with its transfer scores."""
-    _, newest = max(results, key=lambda rt: (rt[0].created_at, rt[0].source))
+    result, newest = max(results, key=lambda rt: (rt[0].created_at, rt[0].source))
     home, away = newest.trained_on, newest.scored_on
-    lines = [Heading(3, f"Transfer: trained on {cell_text(home['name'])}, scored on "
-                        f"{cell_text(away['name'])}"),
+    picked = selections(result.config)
+    heading = (_named(home, picked[0]), _named(away, picked[1])) \
+        if home.get("name") == away.get("name") else (cell_text(home["name"]),
+                                                       cell_text(away["name"]))
+    lines = [Heading(3, f"Transfer: trained on {heading[0]}, scored on {heading[1]}"),
              Text(f"Fitted on {cell_text(home['name'])}'s train split ({home.get('n_train')} "
                   f"rows; val {home.get('n_val')}) and scored on every prompt of "
                   f"{cell_text(away['name'])}, all of its splits: {away.get('n_scored')} rows from "
                   f"{away.get('n_scored_prompts')} prompts ({away.get('n_prompts_left_out')} "
                   f"prompts left out: also in {cell_text(home['name'])}'s train or val split). "
                   "Same model and generation settings."),
-             Text(_set_line("Trained on", home) + "."),
-             Text(_set_line("Scored on", away) + f", mean L {away.get('mean_L') or 0:.1f}.")]
+             Text(_set_line("Trained on", home, picked[0]) + "."),
+             Text(_set_line("Scored on", away, picked[1]) + f", mean L {away.get('mean_L') or 0:.1f}.")]
     if is_number(away.get("n_scored_prompts")) and away["n_scored_prompts"] < min_prompts:
         lines.append(Text(f"**Too few transfer prompts to rank predictors** "
                           f"({away['n_scored_prompts']} < {min_prompts}): differences here are "
