@@ -112,7 +112,8 @@ def _table_lines(results: list[tuple[Result, Transfer]], reference: str, min_pro
                   f"prompts left out: also in {cell_text(home['name'])}'s train or val split). "
                   "Same model and generation settings."),
              Text(_set_line("Trained on", home, picked[0]) + "."),
-             Text(_set_line("Scored on", away, picked[1]) + f", mean L {away.get('mean_L') or 0:.1f}.")]
+             Text(_set_line("Scored on", away, picked[1])
+                  + f", mean L {away.get('mean_L') or 0:.1f}.")]
     if is_number(away.get("n_scored_prompts")) and away["n_scored_prompts"] < min_prompts:
         lines.append(Text(f"**Too few transfer prompts to rank predictors** "
                           f"({away['n_scored_prompts']} < {min_prompts}): differences here are "
