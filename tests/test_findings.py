@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
 from helpers.cli import REPO
 
-from lenbench.leaderboard.claim_figures import Figures, World
+from lenbench.leaderboard.claim_figures import FigureError, Figures, World
 from lenbench.leaderboard.claims import MARKER, blocks, check_document, check_text, main
 
 RESULTS = REPO / "leaderboard" / "results"
 FINDINGS = REPO / "docs" / "findings.md"
 SMOL = "sharegpt_wheel/smollm2-135m-instruct"
-WORLD = f"<!-- world: {SMOL} -->\n"
+SMOL_V1 = f"{SMOL} labels=589166bd"  # the folder holds world v1's and v2's label sets
+SMOL_V2 = f"{SMOL} labels=1a338e34"
+WORLD = f"<!-- world: {SMOL_V1} -->\n"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +33,7 @@ def figures() -> Figures:
 
 
 def _static_mae(figures: Figures, predictor: str) -> float:
-    return figures.get(World.parse(SMOL), predictor, "static.mae").value
+    return figures.get(World.parse(SMOL_V1), predictor, "static.mae").value
 
 
 def test_every_claim_of_the_findings_holds_and_every_number_is_cited():
@@ -51,7 +54,7 @@ def test_a_figure_written_as_the_table_rounds_it_holds_and_one_digit_off_fails(f
 
 def test_an_interval_a_percentage_and_a_paired_difference_are_read_as_the_leaderboard_shows(
         figures):
-    world = World.parse(SMOL)
+    world = World.parse(SMOL_V1)
     score = figures.get(world, "mlp_quantile", "scheduling.score")
     assert score.ci is not None
     lo, hi = (100 * b for b in score.ci)
@@ -68,7 +71,7 @@ def test_an_interval_a_percentage_and_a_paired_difference_are_read_as_the_leader
 
 
 def test_a_claim_at_every_step_names_each_step_where_it_fails(figures):
-    world = World.parse(SMOL)
+    world = World.parse(SMOL_V1)
     steps = figures.steps(world, "outlets", "dynamic.mae_by_observed_steps")
     path = "dynamic.mae_by_observed_steps"
     worse = [t for t in steps if figures.get(world, "outlets", path, t).value
@@ -80,7 +83,7 @@ def test_a_claim_at_every_step_names_each_step_where_it_fails(figures):
 
 
 def test_each_predictor_reads_every_predictor_of_the_world_that_has_the_figure(figures):
-    world = World.parse(SMOL)
+    world = World.parse(SMOL_V1)
     best = min(_static_mae(figures, p) for p in figures.predictors(world))
     text = f"{WORLD}x <!-- check: * static.mae >= mlp_probe static.mae -->"
     failing = check_text(text, figures).problems
@@ -141,7 +144,7 @@ def test_a_changed_result_fails_the_findings_claims_that_cite_it(tmp_path, capsy
     # at the last listed step, outlets now errs more than the probe
     path = "dynamic.mae_by_observed_steps"
     last = dynamic["observed_steps"][-1]
-    probe = figures.get(World.parse(SMOL), "mlp_probe", path, last).value
+    probe = figures.get(World.parse(SMOL_V1), "mlp_probe", path, last).value
     dynamic["mae_by_observed_steps"][-1] = probe + 5.0
     source.write_text(json.dumps(data))
     claims = [c.strip() for kind, body in MARKER.findall(FINDINGS.read_text())
@@ -186,3 +189,14 @@ def test_the_contributing_guide_example_is_checked_as_written(figures):
     assert example, "CONTRIBUTING.md shows a marked paragraph"
     report = check_text(example.group(1), figures)
     assert report.claims >= 5 and not report.problems, report.problems
+
+
+def test_a_figures_spread_over_seeds_is_each_seeds_result_read_alone(figures):
+    world = World.parse(SMOL_V2)
+    runs = figures.results_of(world, "mlp_probe")
+    assert len(runs) >= 3
+    each = [r.metrics.static["mae"] for r in runs]
+    spread = figures.get(world, "mlp_probe", "static.mae.seed_std").value
+    assert spread == pytest.approx(statistics.stdev(each)) and spread > 0
+    with pytest.raises(FigureError, match="no spread"):
+        figures.get(World.parse(SMOL_V2), "noise_floor", "static.mae.seed_std")

@@ -195,5 +195,9 @@ def test_environment_and_git_info(tmp_path: Path) -> None:
     expected = {"python", "platform", "torch", "transformers", "numpy", "device", "cpu_count"}
     assert expected <= set(env)
     assert env["device"] == "cpu"
+    # the CPU and the instruction sets that change float results, as on a world's card
+    assert set(env["cpu"]) == {"name", "machine", "flags"}
+    assert set(env["cpu"]["flags"]) <= {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile",
+                                        "fma"}
     assert git_info(tmp_path) == {"revision": None, "dirty": None}
     assert utc_now().endswith("Z")

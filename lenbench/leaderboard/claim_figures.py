@@ -8,7 +8,8 @@ a metric of the tidy table (`table.py`: `static.mae`, `scheduling.score`, with i
 `generation.n_censored`, `metrics.` understood: `dynamic.mae_by_observed_steps`). A list is read
 at a step, `@256`: the entry whose `observed_steps` beside it is 256, or the 256th entry where
 the list has no steps beside it. A block with a `value` gives it, with `ci95_low`/`ci95_high` as
-its interval. Figures are means over the predictor's seeds, as the leaderboard shows them.
+its interval. Figures are means over the predictor's seeds, as the leaderboard shows them;
+`static.mae.seed_std` is a figure's sample standard deviation over the seeds (the ± beside it).
 
 `paired` is the leaderboard's paired difference of two predictors on the same rows: static or
 dynamic MAE (`scoring.comparisons.paired_rows`), CRPS (against the sibling reference), the
@@ -17,6 +18,7 @@ scheduling score (on the same simulator draws); for any other figure, the plain 
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 from collections.abc import Mapping, Sequence
@@ -32,6 +34,7 @@ from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import paired_rows
 from lenbench.scoring.metrics import paired_difference
 
+SEED_STD = ".seed_std"  # a path's suffix: the figure's spread over seeds, not its mean
 SIBLINGS = "noise_floor"  # the reference result that holds the sibling distribution's CRPS
 
 
@@ -142,6 +145,8 @@ class Figures:
     def get(self, world: World, predictor: str, path: str, step: int | None = None,
             variant: str = "") -> Figure:
         """One figure, as the module doc reads it; FigureError when the results lack it."""
+        if path.endswith(SEED_STD):
+            return self._seed_std(world, predictor, path.removesuffix(SEED_STD), step, variant)
         rows = self._rows(world, predictor)
         rows = rows[rows.variant == variant]
         if step is None and path in set(rows.metric):
@@ -172,6 +177,19 @@ class Figures:
         return Figure(statistics.fmean(f.value for f in values),
                       (statistics.fmean(c[0] for c in cis), statistics.fmean(c[1] for c in cis))
                       if len(cis) == len(values) else None)
+
+    def _seed_std(self, world: World, predictor: str, path: str, step: int | None,
+                  variant: str) -> Figure:
+        """The sample standard deviation over seeds of a figure: each seed's result read alone."""
+        values = []
+        for result in self.results_of(world, predictor):
+            alone = copy.copy(self)  # this folder's figures, as if it held this seed alone
+            alone.results = [result]
+            alone.table = self.table[self.table.result == result.source]
+            values.append(alone.get(world, predictor, path, step, variant).value)
+        if len(values) < 2:
+            raise FigureError(f"{predictor} in {world} has {len(values)} seed(s): no spread")
+        return Figure(statistics.stdev(values))
 
     def steps(self, world: World, predictor: str, path: str) -> list[int]:
         """The steps a list figure is read at (its `observed_steps`, else its indices)."""

