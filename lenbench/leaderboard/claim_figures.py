@@ -133,9 +133,10 @@ class Figures:
         return sorted(set(rows[rows.kind == "predictor"].predictor))
 
     def results_of(self, world: World, predictor: str) -> list[Result]:
-        """The predictor's results in the world, one per seed."""
+        """The predictor's results in the world, one per seed, in seed order (the leaderboard's,
+        which a paired bootstrap's draws follow)."""
         sources = set(self._rows(world, predictor).result)
-        return [r for r in self.results if r.source in sources]
+        return sorted((r for r in self.results if r.source in sources), key=lambda r: r.seed)
 
     def _json(self, source: str) -> Any:
         if source not in self._files:
@@ -240,30 +241,23 @@ class Figures:
         return _paired_figure(paired_difference(mine[:, keep], ref[:, keep], ids[keep]))
 
     def _paired_schedule(self, world: World, a: str, b: str) -> Figure:
-        from lenbench.sim.score import paired_score_difference
+        from lenbench.leaderboard.scheduling import paired_runs
+        from lenbench.leaderboard.scheduling_scores import paired_delta
 
-        def per_seed(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            runs = self.results_of(world, name)
-            if len(runs) != 1:
-                raise FigureError(f"{name} in {world}: paired scheduling reads one seed's run")
-            sched = runs[0].scheduling or {}
-            metric = sched.get("score_metric")
-            rows = {h.get("row"): h.get("per_seed", {}).get(metric)
-                    for h in sched.get("headline") or []}
-            if not all(isinstance(rows.get(k), list) for k in (name, "baseline", "oracle")):
+        runs = {name: paired_runs(self.results_of(world, name)) for name in (a, b)}
+        for name, found in runs.items():
+            if not found:
                 raise FigureError(f"{name} in {world} stores no per-seed scheduling figures")
-            return tuple(np.array(rows[k], dtype=np.float64)  # type: ignore[return-value]
-                         for k in (name, "baseline", "oracle"))
-        (row_a, base, best), (row_b, base_b, _) = per_seed(a), per_seed(b)
-        if not np.array_equal(base, base_b):
+        metric = next((r.scheduling or {}).get("score_metric")
+                      for r in self.results_of(world, a))
+        d = paired_delta(runs[a], runs[b], str(metric))
+        if d is None:
             raise FigureError(f"{a} and {b} in {world} were not simulated on the same draws")
-        d = paired_score_difference(base - row_a, base - row_b, base - best, base)
         if not is_number(d.get("value")):
             raise FigureError(f"no paired scheduling score in {world}: {d.get('reason')}")
         lo, hi = d.get("ci95_low"), d.get("ci95_high")
         return Figure(float(d["value"]),
                       (float(lo), float(hi)) if is_number(lo) and is_number(hi) else None)
-
 
 def _paired_figure(d: Mapping[str, Any]) -> Figure:
     ci: Sequence[float] | None = d.get("ci")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,21 @@ def _sched_run_scored(run: _SchedRun) -> bool:
     entry, refs, _ = run
     return (isinstance(entry.get("per_seed"), dict) and "baseline" in refs and "oracle" in refs
             and all(isinstance(refs[r].get("per_seed"), dict) for r in ("baseline", "oracle")))
+
+
+def paired_runs(results: Sequence[Result]) -> list[_SchedRun]:
+    """One predictor's scheduling records as its paired score Δ reads them (its own headline row,
+    the references, the simulator seeds), those without per-seed figures left out: the table's
+    Δ column and a claim about it (`claim_figures`) pair the same runs."""
+    runs = []
+    for r in results:
+        sched = r.scheduling or {}
+        entry = _predictor_row(sched) if _sched_scored(sched) else None
+        if entry is not None:
+            run = (entry, _sched_refs(sched), list(sched.get("seeds") or []))
+            if _sched_run_scored(run):
+                runs.append(run)
+    return runs
 
 
 def _sched_stats(runs: list[_SchedRun], metric: str | None) -> dict[str, dict[str, Any] | None]:
@@ -267,8 +283,8 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     marked = {r.predictor.name for r in stale}
     body += [_sched_cells(cell_text(name) + (" ‡" if name in marked else ""), by_name[name],
                           metric) for name in names]
-    paired = {name: [run for run in runs if _sched_run_scored(run)]
-              for name, runs in by_name.items()}
+    paired = {name: paired_runs([r for r in with_sched if r.predictor.name == name])
+              for name in by_name}
     header = list(_SCHED_HEADER)
     ref_name = choose_reference(names, reference) if metric else None
     if ref_name is not None:
