@@ -26,3 +26,22 @@ def test_the_penalty_is_named_only_where_it_acts():
     assert _penalty_text({**SAMPLING, "repetition_penalty": 1.1}) == ", repetition penalty 1.1"
     assert _penalty_text(SAMPLING) == "" == _penalty_text({**SAMPLING, "repetition_penalty": 1.0})
 
+
+
+def test_two_builds_of_one_world_name_their_shipped_version(tmp_path):
+    """World v1 and v2 of SmolLM2 share a folder; each section names the shipped world it read."""
+    import shutil
+
+    from helpers.cli import REPO
+
+    from lenbench.leaderboard import build_leaderboard
+
+    folder = "sharegpt_wheel/smollm2-135m-instruct/constant"
+    for labels in ("589166bd", "1a338e34"):
+        source = next((REPO / "leaderboard" / "results" / folder).glob(f"*-{labels}.json"))
+        (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, tmp_path / "results" / folder / source.name)
+    text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
+    v2, v1 = text.split("(labels `1a338e34`)")[1], text.split("(labels `589166bd`)")[1]
+    assert "shipped world `smollm2_sharegpt@2`" in v2.split("\n## ")[0]
+    assert "shipped world `smollm2_sharegpt`." in v1.split("\n## ")[0]

@@ -205,6 +205,10 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
                        if same_labels and len(ds_keys) > 1 else ""))
     if model_keys:
         info.append("model key " + ", ".join(f"`{k}`" for k in model_keys))
+    # a shipped world's name and version tell two builds of one data set apart at a glance
+    shipped = distinct(lambda r: (r.config.get("generation") or {}).get("shipped"))
+    if shipped:
+        info.append("shipped world " + ", ".join(f"`{k}`" for k in shipped))
     if info:
         text = "; ".join(info)
         lines.append(Text(text[0].upper() + text[1:] + ".", "provenance"))
