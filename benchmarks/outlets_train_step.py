@@ -1,5 +1,5 @@
 """One OUTLETS training step (TTT unroll, drafting and length losses, backward, AdamW) in float32
-against bfloat16 autocast (`outlets.train.amp`), side by side in one process on this CPU.
+against bfloat16 autocast (`predictor.train.amp`), side by side in one process on this CPU.
 
 Why: training OUTLETS and its ablations to convergence on a real world costs hours on a CPU, and
 whether bfloat16 pays depends on the instruction set (fast with AMX or AVX-512 BF16, emulated
