@@ -14,6 +14,7 @@ at a scheduler), measured at the end of fit on train prompts.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -42,15 +43,15 @@ def fine_tune(opt: torch.optim.Optimizer, n: int, batch_loss: Callable[[list[int
               epochs: int, batch_size: int, seed: int, name: str, progress: bool) -> None:
     """Shuffled minibatch epochs over `n` examples, shared by the text proxies.
 
-    A fine-tune on CPU runs for minutes, so with `progress` it logs plain lines (steps done/total,
-    rate, elapsed, time left, running loss) that read the same on a terminal and in a log file.
+    A fine-tune on CPU runs for minutes, so it logs plain lines (steps done/total, rate, elapsed,
+    time left, running loss) that read the same on a terminal and in a log file: with `progress`
+    every 30 s and at each tenth of the steps, without it (batch jobs) at each tenth only.
     """
     gen = torch.Generator().manual_seed(seed)
     steps, name = epochs * -(-n // batch_size), f"{name} fit"
-    plog = _FitLog(log, name, steps, unit="steps") if progress else None
-    if plog:
-        log.info("%s: %d prompts, %d epochs, %d steps", name, n, epochs, steps)
-        plog.epochs = epochs
+    plog = _FitLog(log, name, steps, unit="steps", every_s=30.0 if progress else math.inf)
+    log.info("%s: %d prompts, %d epochs, %d steps", name, n, epochs, steps)
+    plog.epochs = epochs
     for epoch in range(epochs):
         order = torch.randperm(n, generator=gen).tolist()
         total = 0.0
@@ -60,13 +61,11 @@ def fine_tune(opt: torch.optim.Optimizer, n: int, batch_loss: Callable[[list[int
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if plog:
-                total += loss.item() * len(idx)
-                plog.epoch, plog.loss = epoch + 1, total / (start + len(idx))
-                plog.advance()
-        if plog:
-            log.info("%s: epoch %d/%d done, train loss %.4f", name, epoch + 1, epochs,
-                     total / max(n, 1))
+            total += loss.item() * len(idx)
+            plog.epoch, plog.loss = epoch + 1, total / (start + len(idx))
+            plog.advance()
+        log.info("%s: epoch %d/%d done, train loss %.4f", name, epoch + 1, epochs,
+                 total / max(n, 1))
 
 
 def batch1_latency_ms(forward: Callable[[list[str]], object], texts: list[str],
