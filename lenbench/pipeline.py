@@ -33,6 +33,7 @@ from lenbench.data.promptset import (
 )
 from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import extract_features, features_config
+from lenbench.features.reuse import covering_stage
 from lenbench.generation.backends import (
     GenerationTarget,
     backend_name,
@@ -151,6 +152,8 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
         fc = features_config(run.features, needs or [])
         feat_stage = Stage(cache, "features", asdict(fc), parent=gen_stage.key)
         with feat_stage.lock():
+            if not feat_stage.done:
+                feat_stage = covering_stage(cache, asdict(fc), gen_stage.key) or feat_stage
             if not feat_stage.done:
                 with feat_stage.building() as tmp:
                     extract_features(labels, target().model, tmp, fc, progress=progress)
