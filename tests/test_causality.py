@@ -223,7 +223,10 @@ def test_mlp_probe_and_plp_pass(world) -> None:
         pred.fit(world["train"], world["val"])
         result = audit_causality(pred, world["test"].hide_labels(), audit_seed=0)
         assert result["passed"] and result["steps_compared"] > 0, (type(pred), result)
-        assert result["max_abs_change"] == 0.0
+        # float noise only, far inside the audit's 1e-3-token tolerance: the perturbed pass
+        # batches rows differently, and some CPUs' matmul kernels round by batch shape (an
+        # Intel Xeon with AMX gave 9.4e-6 tokens, an AMD EPYC exactly 0)
+        assert result["max_abs_change"] < 1e-4
 
 
 def test_outlets_passes_on_a_tiny_model(tmp_path: Path) -> None:

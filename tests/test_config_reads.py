@@ -40,9 +40,12 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lenbench", "baselines")
 EXEMPT = ("lenbench.cli", "lenbench.pipeline", "lenbench.validate", "lenbench.configs")
 STORED = {
+    "lenbench.generation.label_counts": "the generation card a stage or a result recorded",
+    "lenbench.leaderboard.document": "the shipped world a result's config recorded",
     "lenbench.leaderboard.provenance": "the generation card a result recorded",
     "lenbench.leaderboard.scheduling": "the sim settings a result's scheduling block recorded",
     "lenbench.leaderboard.scheduling_scores": "the class thresholds a scheduling block recorded",
+    "lenbench.leaderboard.transfer": "the two prompt sets' settings a result's config recorded",
     "lenbench.rescore_scheduling": "the cache folder a stored result's config recorded",
     "lenbench.results.rescore": "the cap and eval settings a stored result's config recorded",
     "lenbench.sim.record": "the sim settings of a stored scheduling block, rescored",
