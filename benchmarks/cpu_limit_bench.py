@@ -13,7 +13,7 @@ ratios matter more than the wall times):
   llama-server with `--slots` slots;
 - features: `extract_features` on the rows the generate part made, `--processes` threads.
 
-    PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 48        # the real_smollm2 world
+    PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 48        # the real_smollm2_v1 world
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 8 --max-new-tokens 32  # a check
     git worktree add /tmp/before <earlier commit>     # the stage as it was, side by side:
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 96 --old-code /tmp/before
@@ -212,7 +212,7 @@ def features_tokens_per_s(cfg, rows: pd.DataFrame, threads: int) -> tuple[float,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--experiment", default="real_smollm2")
+    ap.add_argument("--experiment", default="real_smollm2_v1")
     ap.add_argument("--prompts", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the preset's")
     ap.add_argument("--processes", type=int, default=2)

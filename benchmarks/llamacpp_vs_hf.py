@@ -2,7 +2,7 @@
 
 Same model (SmolLM2-135M-Instruct: the GGUF for llama.cpp, its converted folder for HF), same
 prompts (ShareGPT first turns from the sharegpt_wheel preset), same sampling settings
-(real_smollm2's temperature 0.2, top_p 0.9 by default), same seeds, in one run, at 1 and 2
+(the model card's temperature 0.2, top_p 0.9 by default), same seeds, in one run, at 1 and 2
 threads. The figure that matters is the ratio (machines are shared and noisy). Server start-up is
 timed apart from generation.
 

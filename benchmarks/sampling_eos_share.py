@@ -6,7 +6,7 @@ loop until the cap turns half the labels into lower bounds. The prompts are the 
 sample per prompt, with the widest cap; the share that ended within each smaller cap is read off
 the same answers. Run:
 
-    python benchmarks/sampling_eos_share.py --experiment real_smollm2 --prompts 48 --cap 1024 \\
+    python benchmarks/sampling_eos_share.py --experiment real_smollm2_v1 --prompts 48 --cap 1024 \\
         --setting 0.2,0.9 --setting 0.7,0.9
 
 Each setting prints one JSON line: temperature, top_p, prompts, EOS share within each cap, the
@@ -37,7 +37,7 @@ CONF = Path(__file__).resolve().parents[1] / "lenbench" / "conf"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--experiment", default="real_smollm2")
+    ap.add_argument("--experiment", default="real_smollm2_v1")
     ap.add_argument("--prompts", type=int, default=48)
     ap.add_argument("--cap", type=int, default=1024)
     ap.add_argument("--setting", action="append", default=None,

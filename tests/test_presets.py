@@ -211,12 +211,12 @@ def test_experiment_top_level_keys_override_the_root_config():
 def test_world_v2_trains_outlets_to_convergence():
     """World v2's suite runs OUTLETS and its three ablations with early stopping on validation,
     not cpu/outlets_base's fixed 200 steps; each reports under its usual name and variant."""
-    suite = _compose("experiment=real_smollm2_v2").predictor.suite
+    suite = _compose("experiment=real_smollm2").predictor.suite
     converged = [m for m in suite if m.startswith("cpu/converged/")]
     assert len(converged) == 4
     variants, cpu = set(), _compose("predictor=cpu/outlets").predictor.train
     for member in converged:
-        p = _compose("experiment=real_smollm2_v2", f"predictor={member}").predictor
+        p = _compose("experiment=real_smollm2", f"predictor={member}").predictor
         assert p.name == member.rsplit("/", 1)[-1]
         assert p.train.max_steps is None and p.train.patience > 0 and p.train.epochs > 2
         assert p.train.batch_tokens == cpu.batch_tokens

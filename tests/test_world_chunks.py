@@ -190,7 +190,7 @@ def test_worlds_doc_cites_the_committed_cap_curves():
         assert f"{curve['samples']:,} samples" in row
     penalized = json.loads((folder / "cap-curve.json").read_text())
     assert penalized["complete"] and penalized["repetition_penalty"] == 1.1
-    preset = (CONF_DIR / "experiment" / "real_smollm2_v2.yaml").read_text()
+    preset = (CONF_DIR / "experiment" / "real_smollm2.yaml").read_text()
     assert re.search(r"max_new_tokens: 768\b", preset) and "repetition_penalty: 1.1" in preset
     censored = 100 * (1 - penalized["eos_share_within"]["768"]["eos_share"])
     assert f"{censored:.1f}% of the dense samples are censored" in doc

@@ -270,7 +270,7 @@ def _write_card(out: Path, table: pd.DataFrame) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("generate", "report"))
-    ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--experiment", default="real_smollm2")
     ap.add_argument("--override", action="append", default=[],
                     help="a Hydra override of the experiment, e.g. generation.temperature=1.0 "
                          "(repeatable): a curve for other sampling settings")

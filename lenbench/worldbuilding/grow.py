@@ -303,7 +303,7 @@ def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, pres
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiment", default="real_smollm2_v2")
+    ap.add_argument("--experiment", default="real_smollm2")
     ap.add_argument("--out", type=Path, required=True, help="the world's folder")
     ap.add_argument("--name", default=None, help="default: the folder's name")
     ap.add_argument("--curve", default=None, metavar="PROMPTS,SAMPLES,CAP",
