@@ -189,7 +189,7 @@ class Outlets(Predictor):
 
     def _predict_log(self, split, seqs, positions) -> list[np.ndarray]:
         return draft_states(self.draft, split.target.model, seqs, positions,
-                            self.batch_tokens, self.train_cfg.amp, f"{self.variant} predict")
+                            self.batch_tokens, f"{self.variant} predict")
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""

@@ -13,7 +13,7 @@ ratios matter more than the wall times):
   llama-server with `--slots` slots;
 - features: `extract_features` on the rows the generate part made, `--processes` threads.
 
-    PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 48        # the real_smollm2_v1 world
+    PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 48        # world v1
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 8 --max-new-tokens 32  # a check
     git worktree add /tmp/before <earlier commit>     # the stage as it was, side by side:
     PYTHONPATH=. python benchmarks/cpu_limit_bench.py --prompts 96 --old-code /tmp/before

@@ -284,3 +284,32 @@ def test_draft_shape_overrides_and_bf16_autocast_keep_the_length_head_in_fp32() 
         st = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid)
         z = draft.length(st.state)
     assert z.dtype == torch.float32
+
+
+def test_prediction_is_float32_and_batch_independent_after_bf16_training() -> None:
+    """train.amp=bf16 speeds training only: scored values come from a float32 pass, so a row
+    predicts the same alone as in a batch (the causality audit re-predicts rows in smaller
+    batches and allows 1e-3 tokens)."""
+    from types import SimpleNamespace
+
+    from baselines.outlets import Outlets
+
+    torch.set_num_threads(1)
+    target, seqs = tiny_world()
+    pred = Outlets(draft_vocab_size=48, max_length=64, progress=False,
+                   train={"amp": "bf16", "batch_tokens": 10_000})
+    pred.draft = draft_for(target, seqs)
+    train_draft(pred.draft, target, seqs, pred.train_cfg, progress=False)
+    split = SimpleNamespace(target=SimpleNamespace(model=target))
+    positions = [np.arange(s.n - 1, len(s.ids) - 1) for s in seqs]
+    together = pred._predict_log(split, seqs, positions)
+    alone = [pred._predict_log(split, [s], [p])[0] for s, p in zip(seqs, positions, strict=True)]
+    batch = collate(seqs, list(range(len(seqs))), 2048, "cpu")
+    with torch.no_grad():  # the reference: a plain float32 forward, no autocast anywhere
+        fused, _ = target_forward(target, batch)
+        state = pred.draft.first_step(
+            fused, shift_left(batch.ids, 1), batch.valid, logits=False)
+        ref = pred.draft.length(state.state).numpy()
+    for i, p in enumerate(positions):
+        np.testing.assert_allclose(together[i], ref[i, p], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(alone[i], together[i], rtol=1e-5, atol=1e-6)

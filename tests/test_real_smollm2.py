@@ -1,5 +1,5 @@
-"""experiment=real_smollm2_v1 end to end on a handful of real prompts: the SmolLM2 GGUF from its wheel,
-ShareGPT first turns from theirs, every predictor of the real suite, the leaderboard.
+"""experiment=real_smollm2_v1 end to end on a handful of real prompts: the SmolLM2 GGUF from its
+wheel, ShareGPT first turns from theirs, every predictor of the real suite, the leaderboard.
 
 Small caps censor most samples, so they are kept (flagged) here: the point is that every stage
 and predictor runs on the real model, not the figures. Skipped where the wheels are missing.

@@ -44,7 +44,8 @@ class TrainConfig:
     head_l2: float = 1e-5  # gamma
     sd_mask: str = "predicted"  # predicted: the predicted token is a response token; eagle:
     # EAGLE's loss_mask[t+k] (the token two places before the predicted one is a response token)
-    amp: str = "auto"  # auto: bf16 autocast on CUDA with bf16 support; off: fp32
+    amp: str = "auto"  # training and the target cache: auto: bf16 autocast on CUDA with bf16
+    # support; bf16: always; off: fp32. Prediction is float32 whatever this says (draft_states)
     max_steps: int | None = None  # stop early (quick runs)
     patience: int = 0  # > 0: after each epoch score the objective on the validation rows, stop
     # when it has not improved for this many epochs and keep the best epoch's weights (epochs is

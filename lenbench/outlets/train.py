@@ -235,9 +235,13 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
 @torch.no_grad()
 def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                  positions: list[np.ndarray], batch_tokens: int = 16384,
-                 amp: str = "auto", name: str = "outlets predict") -> list[np.ndarray]:
+                 name: str = "outlets predict") -> list[np.ndarray]:
     """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0); a
-    progress line under `name` every tenth of the rows or 30 s."""
+    progress line under `name` every tenth of the rows or 30 s.
+
+    Always in float32, whatever `train.amp` trained with: under bf16 a row's value moves by
+    the shape of the batch it lands in (8 mantissa bits), far beyond the causality audit's
+    1e-3 tokens when it re-predicts a few rows in smaller batches: an honest draft would fail."""
     device = next(target_model.parameters()).device
     draft.to(device).eval()
     out: list[np.ndarray | None] = [None] * len(seqs)
@@ -245,11 +249,10 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
     plain = ProgressLog(log, name, len(seqs), unit="rows")
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
-        with autocast(device, amp):
-            fused, _ = target_forward(target_model, batch)
-            state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
-                                     logits=False).state
-            z = draft.length(state).float().cpu().numpy()
+        fused, _ = target_forward(target_model, batch)
+        state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
+                                 logits=False).state
+        z = draft.length(state).float().cpu().numpy()
         for b, i in enumerate(index):
             out[i] = z[b, positions[i]]
         plain.advance(len(index), tokens=int(batch.valid.sum()))
