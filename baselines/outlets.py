@@ -33,6 +33,7 @@ from lenbench.contract.distributions import LengthDistribution
 from lenbench.heads.quantile_loss import start_at_quantiles
 from lenbench.models.chat import eos_token_ids
 from lenbench.outlets.batches import Sequence, TrainConfig
+from lenbench.outlets.checkpoint import earlier_seconds
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
 from lenbench.outlets.speculative import acceptance_report
@@ -242,6 +243,11 @@ class Outlets(Predictor):
         return np.clip(pred, 1.0, upper)
 
     # --- what the harness records -------------------------------------------------------------
+
+    def earlier_fit_seconds(self) -> float:
+        """Epochs that earlier runs of the same fit trained (lenbench/outlets/checkpoint.py)."""
+        phases = (self._report or {}).get("training") or {}
+        return sum(earlier_seconds(phase) for phase in phases.values())
 
     def num_parameters(self) -> int | None:
         if self.draft is None:

@@ -88,6 +88,12 @@ class Predictor(abc.ABC):
         return (type(self).predict_remaining_distribution
                 is not Predictor.predict_remaining_distribution)
 
+    def earlier_fit_seconds(self) -> float:
+        """Seconds of this fit spent by earlier runs whose saved state `fit` resumed or reused
+        (a fit that keeps its state after every epoch): the harness adds them to the time it
+        measured, so the fit time it reports is the whole fit's cost. 0 for a fit run whole."""
+        return 0.0
+
     def num_parameters(self) -> int | None:
         """Trainable parameter count, reported in the results (None when not meaningful)."""
         return None

@@ -33,6 +33,7 @@ from lenbench.outlets.batches import (
     make_batches,
     target_forward,
 )
+from lenbench.outlets.checkpoint import TrainCheckpoint
 from lenbench.outlets.losses import (
     Teacher,
     acceptance_sums,
@@ -149,7 +150,9 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
     it); without one that serves this run, cfg.target_cache decides (shared under `home` when
     given) and this call owns it. With `cfg.patience` and `val_seqs` (and their `val_cache`,
     else the target runs on them each epoch), training stops once the validation objective has
-    not improved for `patience` epochs and keeps the best epoch's weights."""
+    not improved for `patience` epochs and keeps the best epoch's weights. Under a `home` the
+    fit keeps its state after every epoch and resumes or reuses an earlier run of the same fit
+    (`checkpoint`)."""
     device = next(target_model.parameters()).device
     use_sd = uses_sd(draft, cfg)
     own = cache is None or not cache.serves(len(seqs), cfg.max_len, use_sd)
@@ -158,7 +161,40 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
                                                 home)
     else:
         cache_record = {"setting": cfg.target_cache, **cache.describe(), "shared": True}
-    draft.to(device).train()
+    draft.to(device)
+    watching = cfg.patience > 0 and bool(val_seqs)
+    ckpt = None if home is None else TrainCheckpoint.for_fit(
+        home, draft=draft, seqs=seqs, cfg=cfg, seed=seed, train_backbone=train_backbone,
+        cache_record=cache_record, val_seqs=val_seqs if watching else None,
+        val_cached=val_cache is not None)
+    with closing(cache) if own and cache is not None else nullcontext():
+        if ckpt is not None and ckpt.done:
+            out = ckpt.load_final(draft)
+            draft.eval()
+            log.info("%s: the same fit finished earlier (%d epochs, %s): its weights are "
+                     "loaded from %s", description, out["epochs_run"], out["stopped"],
+                     ckpt.stage.path)
+            return out | {"target_cache": cache_record,
+                          "checkpoint": {**out["checkpoint"], "reused": True}}
+        out = _fit(draft, target_model, seqs, cfg, seed, train_backbone, description, progress,
+                   cache, val_seqs if watching else None, val_cache, ckpt)
+    out["target_cache"] = cache_record
+    if ckpt is not None:
+        ckpt.finish(draft, out)
+    if cfg.patience > 0 and not watching:
+        log.warning("%s: train.patience=%d but no validation rows: trained the whole budget",
+                    description, cfg.patience)
+    return out
+
+
+def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig, seed: int,
+         train_backbone: bool, description: str, progress: bool, cache: TargetCache | None,
+         val_seqs: list[Sequence] | None, val_cache: TargetCache | None,
+         ckpt: TrainCheckpoint | None) -> dict:
+    """The epochs of `train_draft`, from the start or after the last epoch `ckpt` kept."""
+    device = next(target_model.parameters()).device
+    use_sd = uses_sd(draft, cfg)
+    draft.train()
     params = [p for p in draft.parameters() if p.requires_grad] if train_backbone \
         else list(draft.length_head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
@@ -168,15 +204,29 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
         total = min(total, cfg.max_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(min(cfg.warmup_steps, total), total))
     rng = np.random.default_rng(seed)
-    history, step = [], 0
-    watch = _EarlyStop(draft, cfg.patience) if cfg.patience > 0 and val_seqs else None
-    stopped = "budget"
+    history, step, first_epoch, stopped, finished = [], 0, 0, "budget", False
+    watch = _EarlyStop(draft, cfg.patience) if val_seqs else None
+    saved = ckpt.last_epoch() if ckpt is not None else None
+    if saved is not None:
+        draft.load_state_dict(saved["draft"])
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["schedule"])
+        rng.bit_generator.state = saved["rng"]
+        torch.set_rng_state(saved["torch_rng"])
+        history, step, stopped, finished = (saved["history"], saved["step"], saved["stopped"],
+                                            saved["finished"])
+        first_epoch = history[-1]["epoch"] + 1
+        if watch is not None:
+            watch.best_loss, watch.best_epoch, watch.best = saved["watch"]
+        log.info("%s: resuming after epoch %d of an interrupted run of the same fit (%s)",
+                 description, first_epoch - 1, ckpt.stage.partial)
     with Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                  disable=not progress) as bar, \
-            closing(cache) if own and cache is not None else nullcontext():
-        task = bar.add_task(description, total=total, info="")
-        for epoch in range(cfg.epochs):
+                  disable=not progress) as bar:
+        task = bar.add_task(description, total=total, completed=step, info="")
+        for epoch in range(first_epoch, cfg.epochs):
+            if finished or step >= total:
+                break
             sums: dict[str, float] = {}
             epoch_steps, started = 0, time.perf_counter()
             for b in rng.permutation(len(batches)):
@@ -210,25 +260,31 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
                 f"{k} {v:.4f}" for k, v in history[-1].items()
                 if k not in ("epoch", "steps", "seconds")))
             if watch is not None and watch.update(epoch, history[-1]["val_loss"]):
-                stopped = "converged"
-                break
-            if step >= total:
-                break
+                stopped, finished = "converged", True
+            finished = finished or step >= total
+            if ckpt is not None:
+                ckpt.save_epoch({
+                    "draft": draft.state_dict(), "optimizer": opt.state_dict(),
+                    "schedule": sched.state_dict(), "rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(), "history": history, "step": step,
+                    "stopped": stopped, "finished": finished,
+                    "watch": None if watch is None else (watch.best_loss, watch.best_epoch,
+                                                         watch.best)})
         if watch is not None:
             watch.restore()
     draft.eval()
     out = {"steps": step, "batches_per_epoch": len(batches), "history": history,
-           "target_cache": cache_record, "epochs_run": len(history),
+           "epochs_run": len(history),
            "budget": {"epochs": cfg.epochs, "max_steps": cfg.max_steps,
                       "steps": total}, "stopped": stopped}
+    if ckpt is not None:
+        out["checkpoint"] = {"key": ckpt.key, "reused": False,
+                             "resumed_after_epoch": None if saved is None else first_epoch - 1}
     if watch is not None:
         out["validation"] = {"patience": cfg.patience, "rows": len(val_seqs),
                              "best_epoch": watch.best_epoch, "best_loss": watch.best_loss}
         log.info("%s: %s after %d epochs; best validation loss %.4f at epoch %d", description,
                  stopped, len(history), watch.best_loss, watch.best_epoch)
-    elif cfg.patience > 0:
-        log.warning("%s: train.patience=%d but no validation rows: trained the whole budget",
-                    description, cfg.patience)
     return out
 
 
