@@ -313,3 +313,13 @@ def test_prediction_is_float32_and_batch_independent_after_bf16_training() -> No
     for i, p in enumerate(positions):
         np.testing.assert_allclose(together[i], ref[i, p], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(alone[i], together[i], rtol=1e-5, atol=1e-6)
+
+
+def test_training_logs_plain_progress_lines_without_the_bar(caplog) -> None:
+    target, seqs = tiny_world()
+    draft = draft_for(target, seqs)
+    cfg = TrainConfig(epochs=2, lr=1e-3, warmup_steps=1, batch_tokens=64, ttt_length=2)
+    with caplog.at_level("INFO", logger="lenbench.outlets.train"):
+        record = train_draft(draft, target, seqs, cfg, progress=False, description="lp run")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lp run: ")]
+    assert lines and lines[-1].startswith(f"lp run: {record['steps']}/{record['steps']} steps")

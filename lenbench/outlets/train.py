@@ -224,6 +224,9 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
                   disable=not progress) as bar:
         task = bar.add_task(description, total=total, completed=step, info="")
+        # without the bar (progress=false, a batch log) a line a minute: an epoch can take 20
+        plain = None if progress else ProgressLog(log, description, total, unit="steps",
+                                                  every_s=60.0, start=step)
         for epoch in range(first_epoch, cfg.epochs):
             if finished or step >= total:
                 break
@@ -250,6 +253,8 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
                 for k, v in {"loss": float(loss.detach()), **parts}.items():
                     sums[k] = sums.get(k, 0.0) + v
                 bar.update(task, advance=1, info=f"epoch {epoch} loss {float(loss.detach()):.4f}")
+                if plain is not None:
+                    plain.advance(1, tokens=int(batch.valid.sum()))
             history.append({"epoch": epoch, "steps": epoch_steps,
                             "seconds": round(time.perf_counter() - started, 3),
                             **{k: v / max(epoch_steps, 1) for k, v in sums.items()}})
