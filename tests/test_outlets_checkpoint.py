@@ -4,6 +4,7 @@ loaded, not trained again (lenbench/outlets/checkpoint.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,8 @@ def test_an_interrupted_fit_resumes_and_ends_as_an_uninterrupted_one(tmp_path: P
         [e["val_loss"] for e in whole_record["history"]]
     assert record["validation"] == whole_record["validation"]
     assert same_weights(resumed, whole)
-    assert earlier_seconds(record) == sum(e["seconds"] for e in record["history"][:2]) > 0
+    spent = [e["seconds"] + e["val_seconds"] for e in record["history"]]
+    assert earlier_seconds(record) == pytest.approx(sum(spent[:2])) and spent[0] > 0
 
 
 def test_a_finished_fit_is_loaded_and_a_changed_one_trains(tmp_path: Path, monkeypatch) -> None:
@@ -75,8 +77,78 @@ def test_a_finished_fit_is_loaded_and_a_changed_one_trains(tmp_path: Path, monke
     again, reused = fit(home)
     assert same_weights(again, first)
     assert reused["checkpoint"]["reused"] and reused["history"] == record["history"]
-    assert earlier_seconds(reused) == sum(e["seconds"] for e in record["history"])
+    assert earlier_seconds(reused) == pytest.approx(
+        sum(e["seconds"] + e["val_seconds"] for e in record["history"]))
     for changed in ({"cfg": TrainConfig(**{**CFG.to_dict(), "lr": 1e-3})}, {"seed": 1},
                     {"home": CacheHome(tmp_path, "another-target")}):
         with pytest.raises(Interrupted, match="trained again"):
             fit(**{"home": home, **changed})
+
+
+def test_early_stopping_survives_a_cut_before_and_after_it_stops(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """The validation loss is best at epoch 1 and worse after: with patience 2 the fit stops
+    after epoch 3 and keeps epoch 1's weights, however it was cut."""
+    real = train_module.validation_loss
+    worse = {0: 1.0, 1: 0.0, 2: 0.5, 3: 0.6}
+
+    def shaped(*args, **kwargs):  # the real pass, then a shape set by the caller's epoch
+        return real(*args, **kwargs) + 10 * worse.get(sys._getframe(1).f_locals["epoch"], 1.0)
+
+    monkeypatch.setattr(train_module, "validation_loss", shaped)
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 6})
+    whole, whole_record = fit(CacheHome(tmp_path / "whole", "tiny"), cfg)
+    assert whole_record["stopped"] == "converged" and whole_record["epochs_run"] == 4
+    assert whole_record["validation"]["best_epoch"] == 1
+    save = TrainCheckpoint.save_epoch
+    for cut in (2, 3):  # while watching, and after the stop but before the fit was kept
+        home = CacheHome(tmp_path / f"cut{cut}", "tiny")
+
+        def save_then_die(self, state, cut=cut):
+            save(self, state)
+            if state["history"][-1]["epoch"] == cut:
+                raise Interrupted
+
+        monkeypatch.setattr(TrainCheckpoint, "save_epoch", save_then_die)
+        with pytest.raises(Interrupted):
+            fit(home, cfg)
+        monkeypatch.setattr(TrainCheckpoint, "save_epoch", save)
+        resumed, record = fit(home, cfg)
+        assert record["checkpoint"]["resumed_after_epoch"] == cut
+        assert record["validation"] == whole_record["validation"], cut
+        assert same_weights(resumed, whole), cut
+
+
+def test_the_head_phase_resumes_on_the_trained_backbone(tmp_path: Path, monkeypatch) -> None:
+    """sd_only: a backbone phase, then the length head alone; its key holds the weights it
+    starts from, so a cut head phase resumes on the same backbone."""
+    torch.set_num_threads(1)
+    target, seqs = tiny_world()
+    head_cfg = TrainConfig(**{**CFG.to_dict(), "sd_weight": 0.0, "patience": 0, "epochs": 3})
+
+    def two_phases(home: CacheHome):
+        draft = draft_for(target, seqs)
+        train_draft(draft, target, seqs, CFG, progress=False, home=home)
+        record = train_draft(draft, target, seqs, head_cfg, train_backbone=False,
+                             progress=False, home=home)
+        return draft, record
+
+    whole, _ = two_phases(CacheHome(tmp_path / "whole", "tiny"))
+    home = CacheHome(tmp_path / "cut", "tiny")
+    save = TrainCheckpoint.save_epoch
+
+    calls = []
+
+    def cut_the_head_phase(self, state):  # the second fit's key is the head phase's
+        save(self, state)
+        calls.append(self.key)
+        if len(set(calls)) == 2 and state["history"][-1]["epoch"] == 0:
+            raise Interrupted
+
+    monkeypatch.setattr(TrainCheckpoint, "save_epoch", cut_the_head_phase)
+    with pytest.raises(Interrupted):
+        two_phases(home)
+    monkeypatch.setattr(TrainCheckpoint, "save_epoch", save)
+    resumed, record = two_phases(home)
+    assert record["checkpoint"]["resumed_after_epoch"] == 0
+    assert same_weights(resumed, whole)

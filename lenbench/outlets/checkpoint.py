@@ -67,7 +67,21 @@ def _save(path: Path, payload: dict) -> None:
 
 
 def _load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def draft_state(draft: DraftModel) -> dict[str, torch.Tensor]:
+    """The draft's weights to keep: all but the embedding table it shares with the target."""
+    return draft.trained_state()
+
+
+def load_draft_state(draft: DraftModel, state: dict[str, torch.Tensor]) -> None:
+    """Put kept weights back; the shared embedding stays as the target has it."""
+    missing, unexpected = draft.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"embed_tokens.weight"}:
+        raise ValueError(f"an outlets training checkpoint does not fit this draft (missing "
+                         f"{sorted(missing)}, unexpected {sorted(unexpected)}); delete its "
+                         "folder under cache_dir/outlets_train/ to train from scratch")
 
 
 class TrainCheckpoint:
@@ -108,24 +122,30 @@ class TrainCheckpoint:
     def finish(self, draft: torch.nn.Module, record: dict) -> None:
         """Keep the fitted weights and the fit's record; the epoch state goes."""
         with self.stage.building(resume=True) as folder:
-            _save(folder / FINAL_FILE, {"draft": draft.state_dict(), "record": record})
+            _save(folder / FINAL_FILE, {"draft": draft_state(draft), "record": record})
             (folder / EPOCH_FILE).unlink(missing_ok=True)
 
     def load_final(self, draft: torch.nn.Module) -> dict:
         """Put the finished fit's weights into `draft`; return its record."""
         saved = _load(self.stage.path / FINAL_FILE)
-        draft.load_state_dict(saved["draft"])
+        load_draft_state(draft, saved["draft"])
         return saved["record"]
 
 
+def epoch_seconds(epoch: dict) -> float:
+    """An epoch's training and validation seconds (`val_seconds` is absent in older records)."""
+    return float(epoch["seconds"]) + float(epoch.get("val_seconds", 0.0))
+
+
 def earlier_seconds(record: dict) -> float:
-    """Training seconds of a `train_draft` record spent by earlier runs: every epoch of a
-    reused fit, the epochs before the resume of a resumed one."""
+    """Seconds of a `train_draft` record's epochs (training and validation) that earlier runs
+    spent: every epoch of a reused fit, the epochs before the resume of a resumed one. Neither
+    the shared target cache's build nor the unfinished epoch of a killed run counts."""
     saved = record.get("checkpoint") or {}
     epochs = record.get("history") or []
     if saved.get("reused"):
-        return float(sum(e["seconds"] for e in epochs))
+        return sum(epoch_seconds(e) for e in epochs)
     resumed = saved.get("resumed_after_epoch")
     if resumed is None:
         return 0.0
-    return float(sum(e["seconds"] for e in epochs if e["epoch"] <= resumed))
+    return sum(epoch_seconds(e) for e in epochs if e["epoch"] <= resumed)

@@ -33,7 +33,7 @@ from lenbench.outlets.batches import (
     make_batches,
     target_forward,
 )
-from lenbench.outlets.checkpoint import TrainCheckpoint
+from lenbench.outlets.checkpoint import TrainCheckpoint, draft_state, load_draft_state
 from lenbench.outlets.losses import (
     Teacher,
     acceptance_sums,
@@ -167,7 +167,9 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
         home, draft=draft, seqs=seqs, cfg=cfg, seed=seed, train_backbone=train_backbone,
         cache_record=cache_record, val_seqs=val_seqs if watching else None,
         val_cached=val_cache is not None)
-    with closing(cache) if own and cache is not None else nullcontext():
+    # one process trains a fit at a time; another with the same key waits, then loads it
+    with closing(cache) if own and cache is not None else nullcontext(), \
+            ckpt.stage.lock() if ckpt is not None else nullcontext():
         if ckpt is not None and ckpt.done:
             out = ckpt.load_final(draft)
             draft.eval()
@@ -178,9 +180,9 @@ def train_draft(draft: DraftModel, target_model, seqs: list[Sequence], cfg: Trai
                           "checkpoint": {**out["checkpoint"], "reused": True}}
         out = _fit(draft, target_model, seqs, cfg, seed, train_backbone, description, progress,
                    cache, val_seqs if watching else None, val_cache, ckpt)
-    out["target_cache"] = cache_record
-    if ckpt is not None:
-        ckpt.finish(draft, out)
+        out["target_cache"] = cache_record
+        if ckpt is not None:
+            ckpt.finish(draft, out)
     if cfg.patience > 0 and not watching:
         log.warning("%s: train.patience=%d but no validation rows: trained the whole budget",
                     description, cfg.patience)
@@ -208,7 +210,7 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
     watch = _EarlyStop(draft, cfg.patience) if val_seqs else None
     saved = ckpt.last_epoch() if ckpt is not None else None
     if saved is not None:
-        draft.load_state_dict(saved["draft"])
+        load_draft_state(draft, saved["draft"])
         opt.load_state_dict(saved["optimizer"])
         sched.load_state_dict(saved["schedule"])
         rng.bit_generator.state = saved["rng"]
@@ -220,6 +222,9 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
             watch.best_loss, watch.best_epoch, watch.best = saved["watch"]
         log.info("%s: resuming after epoch %d of an interrupted run of the same fit (%s)",
                  description, first_epoch - 1, ckpt.stage.partial)
+    elif ckpt is not None:
+        log.info("%s: each epoch's state is kept in %s (a rerun of this fit resumes there)",
+                 description, ckpt.stage.partial)
     with Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
                   disable=not progress) as bar:
@@ -259,17 +264,19 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
                             "seconds": round(time.perf_counter() - started, 3),
                             **{k: v / max(epoch_steps, 1) for k, v in sums.items()}})
             if watch is not None:
+                started = time.perf_counter()
                 history[-1]["val_loss"] = validation_loss(draft, target_model, val_seqs, cfg,
                                                           train_backbone, val_cache)
+                history[-1]["val_seconds"] = round(time.perf_counter() - started, 3)
             log.info("%s epoch %d: %s", description, epoch, ", ".join(
                 f"{k} {v:.4f}" for k, v in history[-1].items()
-                if k not in ("epoch", "steps", "seconds")))
+                if k not in ("epoch", "steps", "seconds", "val_seconds")))
             if watch is not None and watch.update(epoch, history[-1]["val_loss"]):
                 stopped, finished = "converged", True
             finished = finished or step >= total
             if ckpt is not None:
                 ckpt.save_epoch({
-                    "draft": draft.state_dict(), "optimizer": opt.state_dict(),
+                    "draft": draft_state(draft), "optimizer": opt.state_dict(),
                     "schedule": sched.state_dict(), "rng": rng.bit_generator.state,
                     "torch_rng": torch.get_rng_state(), "history": history, "step": step,
                     "stopped": stopped, "finished": finished,

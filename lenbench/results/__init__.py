@@ -22,9 +22,9 @@ contract between a run and everything that reads it later. Shape of a result::
                      leave_one_out, interval, n, n_prompts, n_censored,
                      n_prompts_median_censored; the last two absent in older files)}
     timings         {fit_s, fit_s_earlier_runs, predict_s, predict_ms_per_request,
-                    predict_ms_per_step, n_parameters}  fit_s: the whole fit, including
-                    fit_s_earlier_runs (epochs of a resumed or reused fit trained by earlier
-                    runs; absent in files written before it existed)
+                    predict_ms_per_step, n_parameters}  fit_s includes fit_s_earlier_runs:
+                    epochs of a resumed or reused fit that earlier runs trained (absent in
+                    files written before it existed)
     report          {...}  Predictor.report(): free-form figures the predictor measured ({} for
                     references and failed runs; absent in files written before it existed)
     predictions     {true, pred, prompt_id, censored: [...]}  optional (test rows, in order;
