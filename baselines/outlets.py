@@ -310,7 +310,7 @@ class Outlets(Predictor):
         state, self.seed = blob["state"], blob["seed"]
         embed = target_model.get_input_embeddings().weight
         self.draft = DraftModel(DraftConfig(**blob["config"]), embed, state["d2t"], state["t2d"])
-        self.draft.load_state_dict({**state, "embed_tokens.weight": embed})
+        self.draft.load_trained_state(state)
         self.draft.to(embed.device).eval()
 
 

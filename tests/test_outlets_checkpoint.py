@@ -152,3 +152,20 @@ def test_the_head_phase_resumes_on_the_trained_backbone(tmp_path: Path, monkeypa
     resumed, record = two_phases(home)
     assert record["checkpoint"]["resumed_after_epoch"] == 0
     assert same_weights(resumed, whole)
+
+
+def test_kept_weights_load_around_the_shared_embedding_and_refuse_another_draft() -> None:
+    target, seqs = tiny_world()
+    draft, other = draft_for(target, seqs), draft_for(target, seqs)
+    with torch.no_grad():
+        for p in draft.fc.parameters():
+            p.add_(1.0)
+    kept = draft.trained_state()
+    assert "embed_tokens.weight" not in kept
+    other.load_trained_state(kept)
+    assert same_weights(draft, other)
+    assert other.embed_tokens.weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    with pytest.raises(ValueError, match="do not fit"):
+        other.load_trained_state({**kept, "extra.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="do not fit"):
+        other.load_trained_state({k: v for k, v in kept.items() if not k.startswith("fc.")})

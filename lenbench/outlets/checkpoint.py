@@ -70,20 +70,6 @@ def _load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def draft_state(draft: DraftModel) -> dict[str, torch.Tensor]:
-    """The draft's weights to keep: all but the embedding table it shares with the target."""
-    return draft.trained_state()
-
-
-def load_draft_state(draft: DraftModel, state: dict[str, torch.Tensor]) -> None:
-    """Put kept weights back; the shared embedding stays as the target has it."""
-    missing, unexpected = draft.load_state_dict(state, strict=False)
-    if unexpected or set(missing) - {"embed_tokens.weight"}:
-        raise ValueError(f"an outlets training checkpoint does not fit this draft (missing "
-                         f"{sorted(missing)}, unexpected {sorted(unexpected)}); delete its "
-                         "folder under cache_dir/outlets_train/ to train from scratch")
-
-
 class TrainCheckpoint:
     """One fit's stage: the last finished epoch's state while it trains, its result once done."""
 
@@ -119,16 +105,20 @@ class TrainCheckpoint:
         self.stage.partial.mkdir(parents=True, exist_ok=True)
         _save(self.stage.partial / EPOCH_FILE, state)
 
-    def finish(self, draft: torch.nn.Module, record: dict) -> None:
+    def finish(self, draft: DraftModel, record: dict) -> None:
         """Keep the fitted weights and the fit's record; the epoch state goes."""
         with self.stage.building(resume=True) as folder:
-            _save(folder / FINAL_FILE, {"draft": draft_state(draft), "record": record})
+            _save(folder / FINAL_FILE, {"draft": draft.trained_state(), "record": record})
             (folder / EPOCH_FILE).unlink(missing_ok=True)
 
-    def load_final(self, draft: torch.nn.Module) -> dict:
+    def load_final(self, draft: DraftModel) -> dict:
         """Put the finished fit's weights into `draft`; return its record."""
         saved = _load(self.stage.path / FINAL_FILE)
-        load_draft_state(draft, saved["draft"])
+        try:
+            draft.load_trained_state(saved["draft"])
+        except ValueError as err:
+            raise ValueError(f"{err}: delete {self.stage.path} to train this fit "
+                             "from scratch") from err
         return saved["record"]
 
 

@@ -339,6 +339,13 @@ class DraftModel(nn.Module):
         """The state to save: everything but the target's embedding table."""
         return {k: v for k, v in self.state_dict().items() if k != "embed_tokens.weight"}
 
+    def load_trained_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put back weights `trained_state` kept; the embedding stays the target's own."""
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"embed_tokens.weight"}:
+            raise ValueError(f"saved draft weights do not fit this draft (missing "
+                             f"{sorted(missing)}, unexpected {sorted(unexpected)})")
+
     def backbone_parameters(self) -> list[nn.Parameter]:
         mods = [self.fc, self.norm] + ([self.layer, self.lm_head] if self.layer else [])
         return [p for m in mods for p in m.parameters()]

@@ -33,7 +33,7 @@ from lenbench.outlets.batches import (
     make_batches,
     target_forward,
 )
-from lenbench.outlets.checkpoint import TrainCheckpoint, draft_state, load_draft_state
+from lenbench.outlets.checkpoint import TrainCheckpoint
 from lenbench.outlets.losses import (
     Teacher,
     acceptance_sums,
@@ -210,7 +210,7 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
     watch = _EarlyStop(draft, cfg.patience) if val_seqs else None
     saved = ckpt.last_epoch() if ckpt is not None else None
     if saved is not None:
-        load_draft_state(draft, saved["draft"])
+        draft.load_trained_state(saved["draft"])
         opt.load_state_dict(saved["optimizer"])
         sched.load_state_dict(saved["schedule"])
         rng.bit_generator.state = saved["rng"]
@@ -276,7 +276,7 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
             finished = finished or step >= total
             if ckpt is not None:
                 ckpt.save_epoch({
-                    "draft": draft_state(draft), "optimizer": opt.state_dict(),
+                    "draft": draft.trained_state(), "optimizer": opt.state_dict(),
                     "schedule": sched.state_dict(), "rng": rng.bit_generator.state,
                     "torch_rng": torch.get_rng_state(), "history": history, "step": step,
                     "stopped": stopped, "finished": finished,
