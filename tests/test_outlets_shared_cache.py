@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import logging
 import re
 from pathlib import Path
@@ -162,7 +161,13 @@ def test_prediction_logs_progress_lines(tmp_path, monkeypatch, caplog) -> None:
     train, test = world(tmp_path)
     pred = fit(train, "lp_only", max_steps=2, batch_tokens=48)  # several prediction batches
     # a line at every batch instead of every tenth (at most one a second) or 30 s
-    monkeypatch.setattr(train_mod, "ProgressLog", functools.partial(ProgressLog, every_s=0.0))
+    made = []
+
+    def every_batch(*args, **kwargs):
+        made.append(ProgressLog(*args, **kwargs, every_s=0.0))
+        return made[-1]
+
+    monkeypatch.setattr(train_mod, "ProgressLog", every_batch)
     caplog.set_level(logging.INFO)
     pred.predict(test.static_view(Outlets.needs))
     static = list(caplog.messages)
@@ -178,3 +183,5 @@ def test_prediction_logs_progress_lines(tmp_path, monkeypatch, caplog) -> None:
         done = [(int(m[1]), int(m[2])) for m in lines if m]
         assert len(done) > 1 and done[-1] == (len(test), len(test))
         assert [d for d, _ in done] == sorted({d for d, _ in done})  # rows only go forward
+    # long rows come first, so the time left is counted in tokens: every token is foreseen
+    assert len(made) == 2 and all(0 < p.tokens == p.total_tokens for p in made)

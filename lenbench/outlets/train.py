@@ -314,7 +314,9 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
     draft.to(device).eval()
     out: list[np.ndarray | None] = [None] * len(seqs)
     max_len = max((len(s.ids) for s in seqs), default=1)
-    plain = ProgressLog(log, name, len(seqs), unit="rows")
+    # long rows come first: the time left is counted in tokens, not rows
+    plain = ProgressLog(log, name, len(seqs), unit="rows",
+                        total_tokens=sum(min(len(s.ids), max_len) for s in seqs))
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
         fused, _ = target_forward(target_model, batch)
