@@ -166,10 +166,46 @@ def typed_config(container: dict[str, Any]) -> RunConfig:
 
 
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
-    """Run the pipeline for the configured predictor(s); return the result dicts written."""
+    """Run the pipeline for the configured predictor(s); return the result dicts written.
+    Where the time went is logged at the end, stage by stage, and kept in the run's output
+    folder (stage_times.json) when Hydra runs it."""
+    from lenbench.runtime.stage_times import recording
+
+    with recording() as clock:
+        try:
+            return _run(cfg)
+        finally:
+            if clock.stages:  # a refused config times nothing, and says so itself
+                _report_stage_times(clock)
+
+
+def _report_stage_times(clock) -> None:
+    from lenbench.results.provenance import environment_info
+
+    log.info("where the time went (%.0f s in all):\n%s", clock.total(), "\n".join(
+        f"  {_clock_time(r['seconds']):>9}  {100 * r['share']:5.1f}%  "
+        f"{'  ' * r['depth']}{r['stage'].rsplit(' / ', 1)[-1]}" for r in clock.rows()))
+    if HydraConfig.initialized():
+        hc = HydraConfig.get()
+        folder = Path(hc.runtime.output_dir)
+        if folder.is_dir():
+            clock.write(folder, overrides=list(hc.overrides.task),
+                        environment=environment_info())
+
+
+def _clock_time(seconds: float) -> str:
+    """12.3s, 4m05s, 1h02m: a stage's time as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(round(seconds), 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import label_import_cap, prepare_world
     from lenbench.runtime.process import configure_threads
+    from lenbench.runtime.stage_times import timed
     from lenbench.transfer import (
         attach_transfer,
         check_transfer,
@@ -203,19 +239,26 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         return []
     need_features = any(p.needs.features for _, _, p in built)
     needs = [p.needs for _, _, p in built]
-    world = prepare_world(config, need_features=need_features, progress=progress, needs=needs)
-    tworld = None if config.transfer is None else prepare_transfer(
-        config, world, need_features=need_features, progress=progress, needs=needs)
+    with timed("world"):
+        world = prepare_world(config, need_features=need_features, progress=progress,
+                              needs=needs)
+    tworld = None
+    if config.transfer is not None:
+        with timed("transfer set"):
+            tworld = prepare_transfer(config, world, need_features=need_features,
+                                      progress=progress, needs=needs)
     results_dir = config.paths.results_dir
     written = []
     seed = int(config.seed)
     for name, pcfg, predictor in built:
         run_cfg = replace(config, predictor=pcfg)  # the result records its own predictor
         try:
-            result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
-            if tworld is not None:
-                attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
-                                raise_on_error=bool(config.eval.raise_on_error))
+            with timed(name):
+                result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
+                if tworld is not None:
+                    with timed("transfer"):
+                        attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
+                                        raise_on_error=bool(config.eval.raise_on_error))
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)
             result = failed_result(world, name, pcfg, run_cfg, seed, exc)
@@ -229,7 +272,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         written.append(result)
     if config.eval.noise_floor:
         floor_cfg = replace(config, predictor={"name": "noise_floor"})
-        ref = noise_floor_result(world, floor_cfg, seed)
+        with timed("noise_floor"):
+            ref = noise_floor_result(world, floor_cfg, seed)
         if ref is not None:
             if tworld is not None:
                 ref["transfer"] = transfer_noise_floor(world, tworld, floor_cfg)

@@ -33,6 +33,7 @@ from lenbench.results import (
 )
 from lenbench.results.store import save_result
 from lenbench.runtime.process import seed_everything
+from lenbench.runtime.stage_times import timed
 from lenbench.scoring.audit import ScoredRecord, audit_scored
 from lenbench.scoring.distribution_metrics import (
     distribution_metrics,
@@ -124,7 +125,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     predictor.seed = seed
     seed_everything(seed)
     t0 = time.perf_counter()
-    predictor.fit(train, val if len(val) else None)
+    with timed("fit"):
+        predictor.fit(train, val if len(val) else None)
     fit_s = time.perf_counter() - t0
     earlier_fit_s = float(predictor.earlier_fit_seconds())
     # the fitted state and every scored call, for the audit of what was scored
@@ -132,7 +134,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     scored = ScoredRecord(predictor, (train, val, test, test_hidden, test_static, world.features,
                                       target, world.labels))
     t0 = time.perf_counter()
-    pred = np.asarray(scored.call("predict", test_static), dtype=np.float64).reshape(-1)
+    with timed("predict"):
+        pred = np.asarray(scored.call("predict", test_static), dtype=np.float64).reshape(-1)
     predict_s = time.perf_counter() - t0
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
@@ -168,8 +171,9 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     if predictor.dynamic:
         steps = test.steps
         t0 = time.perf_counter()
-        rem = np.asarray(scored.call("predict_remaining", test_hidden),
-                         dtype=np.float64).reshape(-1)
+        with timed("predict_remaining"):
+            rem = np.asarray(scored.call("predict_remaining", test_hidden),
+                             dtype=np.float64).reshape(-1)
         step_s = time.perf_counter() - t0
         if rem.shape[0] != len(steps):
             raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
@@ -189,7 +193,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["predictor"]["dynamic"] = True
         result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
     try:  # no scored value may move when what the protocol hides from it changes
-        result["causality"] = audit_scored(scored, test_hidden, predictor.needs)
+        with timed("audit"):
+            result["causality"] = audit_scored(scored, test_hidden, predictor.needs)
     except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
         result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     if not result["causality"]["passed"]:
@@ -215,10 +220,11 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["predictions"].update(distribution_predictions(distribution, true, censored, cap,
                                                               seed))
     if run.sim.enabled:
-        result["scheduling"] = schedule(
-            true, pred, test.prompt_lengths, name, run.sim.simulation(),
-            remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
-            distribution=distribution, censored=censored)
+        with timed("simulator"):
+            result["scheduling"] = schedule(
+                true, pred, test.prompt_lengths, name, run.sim.simulation(),
+                remaining=(steps.row, steps.t, rem) if predictor.dynamic else None,
+                distribution=distribution, censored=censored)
     return result
 
 

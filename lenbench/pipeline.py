@@ -48,6 +48,7 @@ from lenbench.models.chat import pretrained_eos_ids
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.models.shipped_toy import model_world
+from lenbench.runtime.stage_times import timed
 from lenbench.scoring.fingerprints import labels_fingerprint, stage_fingerprint
 from lenbench.stages import Stage, stable_hash
 from lenbench.validate import ConfigError
@@ -108,17 +109,20 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
     ds, gen = run.dataset, run.generation
     # the PromptSet first: it needs no model, and a file with no usable prompt should fail
     # before minutes of model work
-    ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
+    with timed("promptset"):
+        ds_stage, prompts, ds_card = _promptset_stage(cache, ds)
     known = known_lengths(prompts)
     name = world_name(str(ds.name), getattr(ds, "path", None), imported=known is not None)
     if known is not None:  # label import: no target model is loaded, trained or converted
         check_import_needs(str(ds.name), need_features, needs or [])
-        gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, ds, model,
-                                             progress, ds_card)
+        with timed("labels"):
+            gen_stage, model_key = _import_stage(cache, prompts, known, ds_stage.key, ds, model,
+                                                 progress, ds_card)
         target, target_path = None, None
         model_name = _import_settings(ds)[0] or UNNAMED_MODEL
     else:
-        target_path, model_key = resolve_model(model, cache, progress=progress)
+        with timed("model"):  # found, converted (GGUF) or trained (toy); loaded on first use
+            target_path, model_key = resolve_model(model, cache, progress=progress)
         model_name = model.name
         if gen.shipped is None and (shipped := model_world(target_path)) is not None:
             gen = replace(gen, shipped=shipped)  # shipped weights come with their world
@@ -132,8 +136,9 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
             tm.key, tm.cache_dir = model_key, str(cache)
             return tm
 
-        gen_stage = _generate_stage(cache, gen, model, prompts, model_key, ds_stage.key, target,
-                                    target_path, progress)
+        with timed("labels"):  # generated, or loaded from a shipped world
+            gen_stage = _generate_stage(cache, gen, model, prompts, model_key, ds_stage.key,
+                                        target, target_path, progress)
     if generate_only:
         return None
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
@@ -145,13 +150,13 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
     if need_features:
         check_response_tokens(gen_card)
 
-    # features
     features = None
     feat_stage = None
     if need_features:
         fc = features_config(run.features, needs or [])
         feat_stage = Stage(cache, "features", asdict(fc), parent=gen_stage.key)
-        with feat_stage.lock():
+        # timed with the target's load, when the features are the first to need it
+        with timed("features"), feat_stage.lock():
             if not feat_stage.done:
                 feat_stage = covering_stage(cache, asdict(fc), gen_stage.key) or feat_stage
             if not feat_stage.done:

@@ -1,0 +1,85 @@
+"""Where a run's wall time went, stage by stage, so that the cost of reproducing a leaderboard
+can be read off one run instead of pieced together from result files.
+
+A run opens one `StageClock` (`recording()`); code anywhere below times its work with
+`timed(name)`. Stages nest: "world / features" is the features stage of the run's world, and
+"mlp_probe / fit" the probe's fit. `timed` outside a recording is free and records nothing, so
+library callers (tests, notebooks) pay nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TIMES_FILE = "stage_times.json"
+
+
+@dataclass
+class StageClock:
+    """The stages timed so far as (order started, path, depth, seconds)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    stages: list[tuple[int, str, int, float]] = field(default_factory=list)
+    _open: list[str] = field(default_factory=list)
+    _opened: int = 0
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        self._open.append(name)
+        path, depth, order = " / ".join(self._open), len(self._open) - 1, self._opened
+        self._opened += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._open.pop()
+            self.stages.append((order, path, depth, time.perf_counter() - t0))
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started
+
+    def rows(self) -> list[dict]:
+        """Finished stages in the order they started (a parent before its children), each with
+        its seconds and share of the run's wall time so far."""
+        total = max(self.total(), 1e-9)
+        return [{"stage": path, "depth": depth, "seconds": round(seconds, 3),
+                 "share": round(seconds / total, 4)}
+                for _, path, depth, seconds in sorted(self.stages)]
+
+    def record(self) -> dict:
+        return {"total_seconds": round(self.total(), 3), "stages": self.rows()}
+
+    def write(self, folder: Path, **context) -> Path:
+        """Keep the record in `folder`, with `context` (the run's overrides, its machine)."""
+        path = Path(folder) / TIMES_FILE
+        path.write_text(json.dumps({**self.record(), **context}, indent=1) + "\n")
+        return path
+
+
+_clock: StageClock | None = None
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[StageClock]:
+    """Time the stages of one run (the harness opens one per process run)."""
+    global _clock
+    outer, _clock = _clock, StageClock()
+    try:
+        yield _clock
+    finally:
+        _clock = outer
+
+
+@contextlib.contextmanager
+def timed(name: str) -> Iterator[None]:
+    """Time `name` as a stage of the current recording, if there is one."""
+    if _clock is None:
+        yield
+        return
+    with _clock.timed(name):
+        yield
