@@ -216,6 +216,10 @@ def test_target_features_fuse_the_eagle3_layers() -> None:
     torch.testing.assert_close(fused, torch.cat((hs[2], hs[4], hs[5]), -1))  # L=8
     torch.testing.assert_close(logits, out.logits)
     assert isinstance(batch, Batch)
+    # without the output head (prediction, a cache of the features alone): the same features
+    headless, none = target_forward(target, collate(seqs, [0, 1], 2048, "cpu"), logits=False)
+    both, _ = target_forward(target, collate(seqs, [0, 1], 2048, "cpu"))
+    assert none is None and torch.equal(headless, both)
 
 
 def test_shift_left_fills_zeros() -> None:

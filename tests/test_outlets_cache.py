@@ -133,8 +133,8 @@ def test_features_that_overflow_fp16_are_refused(monkeypatch) -> None:
     target, seqs = tiny_world()
     real = cache_mod.target_forward
 
-    def huge(model, batch):
-        fused, logits = real(model, batch)
+    def huge(model, batch, **kwargs):
+        fused, logits = real(model, batch, **kwargs)
         return fused * 1e6, logits
 
     monkeypatch.setattr(cache_mod, "target_forward", huge)

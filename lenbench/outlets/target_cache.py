@@ -177,7 +177,7 @@ class TargetCache:
         for index in make_batches(seqs, batch_tokens, max_len):
             batch = collate(seqs, index, max_len, device)
             with autocast(device, amp):
-                fused, logits = target_forward(target_model, batch)
+                fused, logits = target_forward(target_model, batch, logits=teacher)
             stored = fused.to(dtype)
             if not torch.isfinite(stored).all():
                 raise FloatingPointError(

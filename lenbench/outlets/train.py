@@ -61,7 +61,7 @@ def batch_loss(draft: DraftModel, target_model, batch: Batch, cfg: TrainConfig,
     fused features and teacher for this batch from a TargetCache; without it the target runs."""
     use_sd = uses_sd(draft, cfg)
     if inputs is None:
-        fused, logits = target_forward(target_model, batch)
+        fused, logits = target_forward(target_model, batch, logits=use_sd)
         teacher = make_teacher(logits, draft.t2d) if use_sd else None
         del logits  # the full-vocabulary logits are the largest tensor of the step
     else:
@@ -319,7 +319,7 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                         total_tokens=sum(min(len(s.ids), max_len) for s in seqs))
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
-        fused, _ = target_forward(target_model, batch)
+        fused, _ = target_forward(target_model, batch, logits=False)
         state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
                                  logits=False).state
         z = draft.length(state).float().cpu().numpy()
