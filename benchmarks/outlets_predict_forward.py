@@ -1,7 +1,7 @@
 """The target's pass in OUTLETS prediction, with and without the output head, side by side.
 
 OUTLETS predicts from the target's hidden states alone; only training with the SD loss needs the
-target's logits (the teacher). `lenbench.outlets.batches.target_forward(..., logits=False)` runs
+target's logits (the teacher). `lenbench.outlets.batches.target_forward(..., with_head=False)` runs
 the model without its head. This measures what that saves on a model of SmolLM2-135M's shape
 (random weights, no download; vocabulary 49,152, so the logits of a 16k-token batch are 3.2 GB in
 float32) and checks that the fused features are the same. Run:
@@ -47,7 +47,7 @@ def main() -> None:
         for _ in range(args.repeats):  # alternated, so that a busy machine slows both alike
             for with_head in (True, False):
                 t0 = time.perf_counter()
-                fused[with_head], _ = target_forward(model, batch, logits=with_head)
+                fused[with_head], _ = target_forward(model, batch, with_head=with_head)
                 seconds[with_head].append(time.perf_counter() - t0)
     cpu = cpu_description(CPU_FLAGS)
     print(f"CPU: {cpu['name']} ({', '.join(cpu['flags'])}); torch {torch.__version__}; "

@@ -36,6 +36,7 @@ from lenbench.contract.instantiate import (
 from lenbench.data.sources.reading import SourceError
 from lenbench.generation.llamacpp_server import LlamaServerError
 from lenbench.models.gguf import ModelSourceError
+from lenbench.runtime.stage_times import StageClock, recording, timed
 from lenbench.validate import ConfigError, check_config, unknown_key_problems
 from lenbench.worlds.shipped import ShippedWorldError
 
@@ -169,8 +170,6 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the pipeline for the configured predictor(s); return the result dicts written.
     Where the time went is logged at the end, stage by stage, and kept in the run's output
     folder (stage_times.json) when Hydra runs it."""
-    from lenbench.runtime.stage_times import recording
-
     with recording() as clock:
         try:
             return _run(cfg)
@@ -179,33 +178,27 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
                 _report_stage_times(clock)
 
 
-def _report_stage_times(clock) -> None:
+def _report_stage_times(clock: StageClock) -> None:
+    """Log the run's stage times and keep them in Hydra's run folder; a failure to do so
+    (a full disk) costs the record, never the run's results or its own error message."""
     from lenbench.results.provenance import environment_info
 
-    log.info("where the time went (%.0f s in all):\n%s", clock.total(), "\n".join(
-        f"  {_clock_time(r['seconds']):>9}  {100 * r['share']:5.1f}%  "
-        f"{'  ' * r['depth']}{r['stage'].rsplit(' / ', 1)[-1]}" for r in clock.rows()))
-    if HydraConfig.initialized():
-        hc = HydraConfig.get()
-        folder = Path(hc.runtime.output_dir)
-        if folder.is_dir():
-            clock.write(folder, overrides=list(hc.overrides.task),
-                        environment=environment_info())
-
-
-def _clock_time(seconds: float) -> str:
-    """12.3s, 4m05s, 1h02m: a stage's time as a person reads it."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(round(seconds), 60)
-    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+    try:
+        log.info("where the time went (%.0f s in all):\n%s", clock.total(), clock.table())
+        if HydraConfig.initialized():
+            hc = HydraConfig.get()
+            folder = Path(hc.runtime.output_dir)
+            if folder.is_dir():
+                clock.write(folder, overrides=list(hc.overrides.task),
+                            environment=environment_info())
+    except Exception as exc:  # noqa: BLE001 - a timing record is never worth a run
+        log.warning("stage times not kept: %s", exc)
 
 
 def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import label_import_cap, prepare_world
     from lenbench.runtime.process import configure_threads
-    from lenbench.runtime.stage_times import timed
     from lenbench.transfer import (
         attach_transfer,
         check_transfer,
@@ -232,10 +225,12 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     configure_threads(config.threads)
     progress = bool(config.progress)
     if worker:
-        prepare_world(config, need_features=False, progress=progress, generate_only=True)
+        with timed("world"):
+            prepare_world(config, need_features=False, progress=progress, generate_only=True)
         if config.transfer is not None:  # the transfer set's shards too
-            prepare_world(transfer_run_config(config), need_features=False, progress=progress,
-                          generate_only=True)
+            with timed("transfer set"):
+                prepare_world(transfer_run_config(config), need_features=False,
+                              progress=progress, generate_only=True)
         return []
     need_features = any(p.needs.features for _, _, p in built)
     needs = [p.needs for _, _, p in built]
@@ -274,9 +269,9 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
         floor_cfg = replace(config, predictor={"name": "noise_floor"})
         with timed("noise_floor"):
             ref = noise_floor_result(world, floor_cfg, seed)
-        if ref is not None:
-            if tworld is not None:
+            if ref is not None and tworld is not None:
                 ref["transfer"] = transfer_noise_floor(world, tworld, floor_cfg)
+        if ref is not None:
             save(ref, results_dir)
             written.append(ref)
     _summary(written)

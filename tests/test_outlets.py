@@ -217,7 +217,7 @@ def test_target_features_fuse_the_eagle3_layers() -> None:
     torch.testing.assert_close(logits, out.logits)
     assert isinstance(batch, Batch)
     # without the output head (prediction, a cache of the features alone): the same features
-    headless, none = target_forward(target, collate(seqs, [0, 1], 2048, "cpu"), logits=False)
+    headless, none = target_forward(target, collate(seqs, [0, 1], 2048, "cpu"), with_head=False)
     both, _ = target_forward(target, collate(seqs, [0, 1], 2048, "cpu"))
     assert none is None and torch.equal(headless, both)
 

@@ -169,3 +169,16 @@ def test_kept_weights_load_around_the_shared_embedding_and_refuse_another_draft(
         other.load_trained_state({**kept, "extra.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="do not fit"):
         other.load_trained_state({k: v for k, v in kept.items() if not k.startswith("fc.")})
+    wider = {k: torch.zeros(v.shape[0] + 1, *v.shape[1:]) if k == "fc.weight" else v
+             for k, v in kept.items()}
+    with pytest.raises(ValueError, match="(?s)do not fit.*size mismatch"):
+        other.load_trained_state(wider)
+
+
+def test_a_checkpoint_of_another_draft_names_the_folders_to_delete(tmp_path: Path) -> None:
+    target, seqs = tiny_world()
+    ckpt = TrainCheckpoint.for_fit(CacheHome(tmp_path, "tiny"), draft=draft_for(target, seqs),
+                                   seqs=seqs, cfg=CFG, seed=0, train_backbone=True,
+                                   cache_record={}, val_seqs=None, val_cached=False)
+    with pytest.raises(ValueError, match=f"delete {ckpt.stage.path} and {ckpt.stage.partial}"):
+        ckpt.put_back(draft_for(target, seqs), {"extra.weight": torch.zeros(1)})

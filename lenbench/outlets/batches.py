@@ -116,19 +116,20 @@ def collate(seqs: list[Sequence], index: list[int], max_len: int, device) -> Bat
 
 
 @torch.no_grad()
-def target_forward(model, batch: Batch, logits: bool = True
+def target_forward(model, batch: Batch, with_head: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Fused EAGLE-3 features [B, T, 3H] (fp32) and logits [B, T, V] (the target's dtype).
 
-    `logits=False` runs the model without its output head and returns None for them: what
-    needs no teacher (prediction, a cache of the features alone) skips the largest tensor of
-    the pass (16k tokens x 49k vocabulary: 3.2 GB in fp32). The features are the same."""
-    net = model if logits else model.base_model
+    `with_head=False` runs the model without its output head and returns None for the logits:
+    what needs no SD teacher (prediction, training without the SD loss, a cache of the features
+    alone) skips the largest tensor of the pass (16k tokens x 49k vocabulary: 3.2 GB in fp32).
+    The features are the same."""
+    net = model if with_head else model.base_model
     out = net(input_ids=batch.ids, attention_mask=batch.valid.long(),
               output_hidden_states=True, use_cache=False)
     layers = role_layers(model.config.num_hidden_layers)
     fused = torch.cat([out.hidden_states[layers[r]] for r in ("low", "mid", "high")], dim=-1)
-    return fused.float(), (out.logits if logits else None)
+    return fused.float(), (out.logits if with_head else None)
 
 
 def autocast(device: str, amp: str):

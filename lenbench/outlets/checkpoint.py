@@ -114,12 +114,17 @@ class TrainCheckpoint:
     def load_final(self, draft: DraftModel) -> dict:
         """Put the finished fit's weights into `draft`; return its record."""
         saved = _load(self.stage.path / FINAL_FILE)
-        try:
-            draft.load_trained_state(saved["draft"])
-        except ValueError as err:
-            raise ValueError(f"{err}: delete {self.stage.path} to train this fit "
-                             "from scratch") from err
+        self.put_back(draft, saved["draft"])
         return saved["record"]
+
+    def put_back(self, draft: DraftModel, weights: dict[str, torch.Tensor]) -> None:
+        """Load weights this fit kept into `draft`; weights of another draft are refused with
+        the folders to delete."""
+        try:
+            draft.load_trained_state(weights)
+        except ValueError as err:
+            raise ValueError(f"{err}; delete {self.stage.path} and {self.stage.partial} to "
+                             "train this fit from scratch") from err
 
 
 def epoch_seconds(epoch: dict) -> float:

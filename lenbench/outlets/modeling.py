@@ -340,8 +340,12 @@ class DraftModel(nn.Module):
         return {k: v for k, v in self.state_dict().items() if k != "embed_tokens.weight"}
 
     def load_trained_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Put back weights `trained_state` kept; the embedding stays the target's own."""
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        """Put back weights `trained_state` kept; the embedding stays the target's own.
+        Weights of another draft (other names or shapes) are refused with a ValueError."""
+        try:
+            missing, unexpected = self.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # torch's size mismatch
+            raise ValueError(f"saved draft weights do not fit this draft: {err}") from err
         if unexpected or set(missing) - {"embed_tokens.weight"}:
             raise ValueError(f"saved draft weights do not fit this draft (missing "
                              f"{sorted(missing)}, unexpected {sorted(unexpected)})")

@@ -173,11 +173,11 @@ class TargetCache:
             out |= {"p": create("p", np.float16, int(t2d.sum())),
                     "in_draft": create("in_draft", np.bool_),
                     "top": create("top", np.int32)}
-        plain = ProgressLog(log, "outlets target cache", len(seqs), unit="rows")
+        plain = ProgressLog(log, "outlets target cache", len(seqs), unit="rows", total_tokens=n)
         for index in make_batches(seqs, batch_tokens, max_len):
             batch = collate(seqs, index, max_len, device)
             with autocast(device, amp):
-                fused, logits = target_forward(target_model, batch, logits=teacher)
+                fused, logits = target_forward(target_model, batch, with_head=teacher)
             stored = fused.to(dtype)
             if not torch.isfinite(stored).all():
                 raise FloatingPointError(

@@ -61,7 +61,7 @@ def batch_loss(draft: DraftModel, target_model, batch: Batch, cfg: TrainConfig,
     fused features and teacher for this batch from a TargetCache; without it the target runs."""
     use_sd = uses_sd(draft, cfg)
     if inputs is None:
-        fused, logits = target_forward(target_model, batch, logits=use_sd)
+        fused, logits = target_forward(target_model, batch, with_head=use_sd)
         teacher = make_teacher(logits, draft.t2d) if use_sd else None
         del logits  # the full-vocabulary logits are the largest tensor of the step
     else:
@@ -210,7 +210,7 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
     watch = _EarlyStop(draft, cfg.patience) if val_seqs else None
     saved = ckpt.last_epoch() if ckpt is not None else None
     if saved is not None:
-        draft.load_trained_state(saved["draft"])
+        ckpt.put_back(draft, saved["draft"])
         opt.load_state_dict(saved["optimizer"])
         sched.load_state_dict(saved["schedule"])
         rng.bit_generator.state = saved["rng"]
@@ -316,10 +316,10 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
     max_len = max((len(s.ids) for s in seqs), default=1)
     # long rows come first: the time left is counted in tokens, not rows
     plain = ProgressLog(log, name, len(seqs), unit="rows",
-                        total_tokens=sum(min(len(s.ids), max_len) for s in seqs))
+                        total_tokens=sum(len(s.ids) for s in seqs))
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
-        fused, _ = target_forward(target_model, batch, logits=False)
+        fused, _ = target_forward(target_model, batch, with_head=False)
         state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
                                  logits=False).state
         z = draft.length(state).float().cpu().numpy()

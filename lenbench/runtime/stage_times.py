@@ -51,6 +51,12 @@ class StageClock:
                  "share": round(seconds / total, 4)}
                 for _, path, depth, seconds in sorted(self.stages)]
 
+    def table(self) -> str:
+        """One line a stage, indented under its parent: time, share of the run, name."""
+        return "\n".join(f"  {readable(r['seconds']):>9}  {100 * r['share']:5.1f}%  "
+                         f"{'  ' * r['depth']}{r['stage'].rsplit(' / ', 1)[-1]}"
+                         for r in self.rows())
+
     def record(self) -> dict:
         return {"total_seconds": round(self.total(), 3), "stages": self.rows()}
 
@@ -59,6 +65,14 @@ class StageClock:
         path = Path(folder) / TIMES_FILE
         path.write_text(json.dumps({**self.record(), **context}, indent=1) + "\n")
         return path
+
+
+def readable(seconds: float) -> str:
+    """4.3s, 4m05s, 1h02m: a stage's time as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(round(seconds), 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 _clock: StageClock | None = None
