@@ -108,6 +108,35 @@ def test_fit_and_predict_on_the_toy_model(toy_tiny: TargetModel) -> None:
     assert single.answers == model.answers
 
 
+def test_rows_that_share_a_prompt_ask_it_once(toy_tiny: TargetModel, monkeypatch) -> None:
+    """Siblings (several samples of one prompt) share its greedy answer: asked once each."""
+    asked = []
+    generate = toy_tiny.model.generate
+
+    def counting(*args, **kwargs):
+        asked.append(int(kwargs["input_ids"].shape[0]))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(toy_tiny.model, "generate", counting)
+    prompts = ["Name 3 colors.", "Explain gravity in detail, please.", "Name 3 colors.",
+               "List 5 animals.", "Name 3 colors.", "List 5 animals."]
+    model = PIA(max_new_tokens=5, batch_size=2)
+    model.fit(_split("train", prompts[:1], [8], toy_tiny))
+    raw = model.predict(_split("test", prompts, [8] * 6, toy_tiny).hide_labels())
+    assert sum(asked) == 3 and asked == [2, 1]  # 3 distinct prompts in batches of 2
+    assert len(model.answers) == 6 and model.n_asked == 6
+    by_prompt = {}
+    for prompt, answer in zip(prompts, model.answers):
+        assert by_prompt.setdefault(prompt, answer) == answer
+    assert raw[0] == raw[2] == raw[4] and raw[3] == raw[5]
+    # the same answers as asking each row on its own
+    monkeypatch.undo()
+    single = PIA(max_new_tokens=5, batch_size=1)
+    single.fit(_split("train", prompts[:1], [8], toy_tiny))
+    single.predict(_split("test", prompts, [8] * 6, toy_tiny).hide_labels())
+    assert single.answers == model.answers
+
+
 def test_token_unit_has_no_calibrated_row(toy_tiny: TargetModel) -> None:
     model = PIA(unit="tokens", max_new_tokens=4)
     model.fit(_split("train", ["Name 3 colors."], [8], toy_tiny))
