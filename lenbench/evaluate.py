@@ -8,7 +8,6 @@ the config, data identity and environment that every number can be reproduced.
 from __future__ import annotations
 
 import logging
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -124,19 +123,17 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     test_static = test.static_view(predictor.needs)  # predict(): the prompt side and y_1 only
     predictor.seed = seed
     seed_everything(seed)
-    t0 = time.perf_counter()
-    with timed("fit"):
+    with timed("fit") as fitting:
         predictor.fit(train, val if len(val) else None)
-    fit_s = time.perf_counter() - t0
+    fit_s = fitting.seconds
     earlier_fit_s = float(predictor.earlier_fit_seconds())
     # the fitted state and every scored call, for the audit of what was scored
     # (lenbench/scoring/audit.py)
     scored = ScoredRecord(predictor, (train, val, test, test_hidden, test_static, world.features,
                                       target, world.labels))
-    t0 = time.perf_counter()
-    with timed("predict"):
+    with timed("predict") as predicting:
         pred = np.asarray(scored.call("predict", test_static), dtype=np.float64).reshape(-1)
-    predict_s = time.perf_counter() - t0
+    predict_s = predicting.seconds
     if pred.shape[0] != len(test):
         raise ValueError(f"{name}.predict returned {pred.shape[0]} values for {len(test)} rows")
     cap = length_cap(run)
@@ -170,11 +167,10 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
     step_ms = None
     if predictor.dynamic:
         steps = test.steps
-        t0 = time.perf_counter()
-        with timed("predict_remaining"):
+        with timed("predict_remaining") as walking:
             rem = np.asarray(scored.call("predict_remaining", test_hidden),
                              dtype=np.float64).reshape(-1)
-        step_s = time.perf_counter() - t0
+        step_s = walking.seconds
         if rem.shape[0] != len(steps):
             raise ValueError(f"{name}.predict_remaining returned {rem.shape[0]} values for "
                              f"{len(steps)} steps")

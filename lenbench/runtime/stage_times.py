@@ -3,8 +3,8 @@ can be read off one run instead of pieced together from result files.
 
 A run opens one `StageClock` (`recording()`); code anywhere below times its work with
 `timed(name)`. Stages nest: "world / features" is the features stage of the run's world, and
-"mlp_probe / fit" the probe's fit. `timed` outside a recording is free and records nothing, so
-library callers (tests, notebooks) pay nothing.
+"mlp_probe / fit" the probe's fit. `timed` outside a recording records nothing, so library
+callers (tests, notebooks) pay nothing; either way it yields the stage's seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ TIMES_FILE = "stage_times.json"
 
 
 @dataclass
+class Lap:
+    """One timed stage's seconds, set when it ends (for callers that record them too)."""
+
+    seconds: float = 0.0
+
+
+@dataclass
 class StageClock:
     """The stages timed so far as (order started, path, depth, seconds)."""
 
@@ -29,16 +36,17 @@ class StageClock:
     _opened: int = 0
 
     @contextlib.contextmanager
-    def timed(self, name: str) -> Iterator[None]:
+    def timed(self, name: str) -> Iterator[Lap]:
         self._open.append(name)
         path, depth, order = " / ".join(self._open), len(self._open) - 1, self._opened
         self._opened += 1
-        t0 = time.perf_counter()
+        lap, t0 = Lap(), time.perf_counter()
         try:
-            yield
+            yield lap
         finally:
+            lap.seconds = time.perf_counter() - t0
             self._open.pop()
-            self.stages.append((order, path, depth, time.perf_counter() - t0))
+            self.stages.append((order, path, depth, lap.seconds))
 
     def total(self) -> float:
         return time.perf_counter() - self.started
@@ -90,10 +98,8 @@ def recording() -> Iterator[StageClock]:
 
 
 @contextlib.contextmanager
-def timed(name: str) -> Iterator[None]:
-    """Time `name` as a stage of the current recording, if there is one."""
-    if _clock is None:
-        yield
-        return
-    with _clock.timed(name):
-        yield
+def timed(name: str) -> Iterator[Lap]:
+    """Time `name`, as a stage of the current recording if there is one; the Lap it yields
+    holds the seconds when the stage ends either way."""
+    with (_clock or StageClock()).timed(name) as lap:  # no recording: a clock thrown away
+        yield lap
