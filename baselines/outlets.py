@@ -12,8 +12,9 @@ token the target sampled from the prefill logits): the state EAGLE-3 has right a
 Dynamic prediction: the same at position n-1+t, from one teacher-forced pass over the response.
 Training reads the target's features and teacher from a disk cache built in one target pass
 (`train.target_cache`), kept in the harness's cache folder and reused by every variant and seed
-trained on the same rows (and by sd_only's head phase); prediction runs the target online and
-logs progress lines.
+trained on the same rows (and by sd_only's head phase); prediction reads the target's float32
+features from a second shared cache of the scored rows (`state_cache_max_bytes`; over it, the
+target runs online) and logs progress lines.
 `OutletsQuantile` (outlets_quantile) gives the length head one monotone output per
 QUANTILE_LEVELS level, trained with the pinball loss on log1p(remaining): it predicts
 remaining-length (and, after prefill, total-length) quantiles, and the median as the point.
@@ -36,6 +37,7 @@ from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.checkpoint import earlier_seconds
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
+from lenbench.outlets.prediction_cache import open_prediction_cache
 from lenbench.outlets.speculative import acceptance_report
 from lenbench.outlets.target_cache import CacheHome, open_target_cache
 from lenbench.outlets.train import draft_states, offline_acceptance, train_draft, uses_sd
@@ -95,7 +97,8 @@ class Outlets(Predictor):
                  head_train: dict | None = None, spec_prompts: int = 32, spec_depth: int = 5,
                  spec_max_new_tokens: int = 64, overhead_batches: tuple[int, ...] = (1, 64),
                  overhead_context: int = 512, batch_tokens: int = 16384,
-                 max_length: int | None = None, progress: bool = True):
+                 max_length: int | None = None, progress: bool = True,
+                 state_cache_max_bytes: int = 12_000_000_000):
         if variant not in VARIANTS:
             raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
         self.variant, self.progress = variant, progress
@@ -116,6 +119,7 @@ class Outlets(Predictor):
                      "max_new_tokens": spec_max_new_tokens}
         self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
         self.batch_tokens = batch_tokens
+        self.state_cache_max_bytes = state_cache_max_bytes  # the shared prediction cache's bound
         self.max_length = max_length  # predictions clipped to [1, max_length] (remaining: - t)
         self.draft: DraftModel | None = None
         self._report: dict = {}
@@ -189,8 +193,15 @@ class Outlets(Predictor):
     # --- prediction ---------------------------------------------------------------------------
 
     def _predict_log(self, split, seqs, positions) -> list[np.ndarray]:
-        return draft_states(self.draft, split.target.model, seqs, positions,
-                            self.batch_tokens, f"{self.variant} predict")
+        target = split.target.model
+        cache = open_prediction_cache(target, seqs, self.batch_tokens, CacheHome.of(split.target),
+                                      self.state_cache_max_bytes)
+        try:
+            return draft_states(self.draft, target, seqs, positions, self.batch_tokens,
+                                f"{self.variant} predict", cache=cache)
+        finally:
+            if cache is not None:
+                cache.close()
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""

@@ -303,9 +303,11 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
 @torch.no_grad()
 def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                  positions: list[np.ndarray], batch_tokens: int = 16384,
-                 name: str = "outlets predict") -> list[np.ndarray]:
+                 name: str = "outlets predict", cache: TargetCache | None = None
+                 ) -> list[np.ndarray]:
     """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0); a
-    progress line under `name` every tenth of the rows or 30 s.
+    progress line under `name` every tenth of the rows or 30 s. With a prediction cache of
+    these rows (lenbench/outlets/prediction_cache.py) the target's features are read, not run.
 
     Always in float32, whatever `train.amp` trained with: under bf16 a row's value moves by
     the shape of the batch it lands in (8 mantissa bits), far beyond the causality audit's
@@ -319,7 +321,10 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                         total_tokens=sum(len(s.ids) for s in seqs))
     for index in make_batches(seqs, batch_tokens, max_len):
         batch = collate(seqs, index, max_len, device)
-        fused, _ = target_forward(target_model, batch, with_head=False)
+        if cache is not None:
+            fused, _ = cache.inputs(index, batch, teacher=False)
+        else:
+            fused, _ = target_forward(target_model, batch, with_head=False)
         state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
                                  logits=False).state
         z = draft.length(state).float().cpu().numpy()
