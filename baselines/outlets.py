@@ -13,8 +13,8 @@ Dynamic prediction: the same at position n-1+t, from one teacher-forced pass ove
 Training reads the target's features and teacher from a disk cache built in one target pass
 (`train.target_cache`), kept in the harness's cache folder and reused by every variant and seed
 trained on the same rows (and by sd_only's head phase); prediction reads the target's float32
-features from a second shared cache of the scored rows (`state_cache_max_bytes`; over it, the
-target runs online) and logs progress lines.
+features from a second shared cache of the scored rows, stored by the first prediction over them
+(`prediction_cache_max_bytes`), and logs progress lines.
 `OutletsQuantile` (outlets_quantile) gives the length head one monotone output per
 QUANTILE_LEVELS level, trained with the pinball loss on log1p(remaining): it predicts
 remaining-length (and, after prefill, total-length) quantiles, and the median as the point.
@@ -37,7 +37,7 @@ from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.checkpoint import earlier_seconds
 from lenbench.outlets.modeling import DraftConfig, DraftModel, check_choices
 from lenbench.outlets.overhead import decode_step_ms
-from lenbench.outlets.prediction_cache import open_prediction_cache
+from lenbench.outlets.prediction_cache import prediction_pass
 from lenbench.outlets.speculative import acceptance_report
 from lenbench.outlets.target_cache import CacheHome, open_target_cache
 from lenbench.outlets.train import draft_states, offline_acceptance, train_draft, uses_sd
@@ -98,7 +98,7 @@ class Outlets(Predictor):
                  spec_max_new_tokens: int = 64, overhead_batches: tuple[int, ...] = (1, 64),
                  overhead_context: int = 512, batch_tokens: int = 16384,
                  max_length: int | None = None, progress: bool = True,
-                 state_cache_max_bytes: int = 12_000_000_000):
+                 prediction_cache_max_bytes: int = 12_000_000_000):
         if variant not in VARIANTS:
             raise ValueError(f"outlets.variant={variant!r}; use one of {list(VARIANTS)}")
         self.variant, self.progress = variant, progress
@@ -119,7 +119,9 @@ class Outlets(Predictor):
                      "max_new_tokens": spec_max_new_tokens}
         self.overhead_batches, self.overhead_context = tuple(overhead_batches), overhead_context
         self.batch_tokens = batch_tokens
-        self.state_cache_max_bytes = state_cache_max_bytes  # the shared prediction cache's bound
+        # the bound on one stored prediction pass (lenbench/outlets/prediction_cache.py)
+        self.prediction_cache_max_bytes = prediction_cache_max_bytes
+        self._passes: list[dict] = []  # how each prediction got the target's features
         self.max_length = max_length  # predictions clipped to [1, max_length] (remaining: - t)
         self.draft: DraftModel | None = None
         self._report: dict = {}
@@ -194,14 +196,13 @@ class Outlets(Predictor):
 
     def _predict_log(self, split, seqs, positions) -> list[np.ndarray]:
         target = split.target.model
-        cache = open_prediction_cache(target, seqs, self.batch_tokens, CacheHome.of(split.target),
-                                      self.state_cache_max_bytes)
-        try:
-            return draft_states(self.draft, target, seqs, positions, self.batch_tokens,
-                                f"{self.variant} predict", cache=cache)
-        finally:
-            if cache is not None:
-                cache.close()
+        with prediction_pass(target, seqs, self.batch_tokens, CacheHome.of(split.target),
+                             self.prediction_cache_max_bytes) as features:
+            out = draft_states(self.draft, target, seqs, positions, self.batch_tokens,
+                               f"{self.variant} predict", cache=features.cache,
+                               store=features.store)
+        self._passes.append(features.record)
+        return out
 
     def predict(self, split) -> np.ndarray:
         """After prefill: the prompt plus y_1, read at the last prompt position."""
@@ -273,6 +274,9 @@ class Outlets(Predictor):
         if self.draft is None:
             return {}
         out = dict(self._report)
+        # whether each prediction ran the target, stored its pass or read a stored one: the
+        # prediction timings of a variant that read one exclude the target's cost
+        out["prediction_cache"] = list(self._passes)
         device = str(next(self.draft.parameters()).device)
         amp = device.startswith("cuda")  # time it as it runs: bf16 autocast on a GPU
         out["overhead"] = {"device": device, "context": self.overhead_context,

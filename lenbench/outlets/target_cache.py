@@ -154,15 +154,13 @@ class TargetCache:
 
     @staticmethod
     @torch.no_grad()
-    def write(folder: Path, target_model, seqs: list[Sequence], max_len: int,
-              t2d: torch.Tensor | None, teacher: bool, batch_tokens: int, amp: str = "auto",
-              dtype: torch.dtype | None = None, name: str = "outlets target cache") -> dict:
+    def write(folder: Path, target_model, seqs: list[Sequence], max_len: int, t2d: torch.Tensor,
+              teacher: bool, batch_tokens: int, amp: str = "auto") -> dict:
         """Run the target once over seqs (as training batches them) and write the arrays and
-        their description into folder; the features in `dtype` (storage_dtype by default)."""
+        their description into folder."""
         started = time.perf_counter()
         device = next(target_model.parameters()).device
-        dtype = dtype or storage_dtype(target_model)
-        raw = {2: torch.int16, 4: torch.int32}[dtype.itemsize]  # numpy has no bfloat16
+        dtype = storage_dtype(target_model)
         starts, lengths = row_layout(seqs, max_len)
         n = int(lengths.sum())
 
@@ -170,13 +168,12 @@ class TargetCache:
             return np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dt,
                                              shape=(n, *shape))
 
-        out = {"fused": create("fused", torch.empty(0, dtype=raw).numpy().dtype,
-                               3 * target_model.config.hidden_size)}
+        out = {"fused": create("fused", np.int16, 3 * target_model.config.hidden_size)}
         if teacher:
             out |= {"p": create("p", np.float16, int(t2d.sum())),
                     "in_draft": create("in_draft", np.bool_),
                     "top": create("top", np.int32)}
-        plain = ProgressLog(log, name, len(seqs), unit="rows", total_tokens=n)
+        plain = ProgressLog(log, "outlets target cache", len(seqs), unit="rows", total_tokens=n)
         for index in make_batches(seqs, batch_tokens, max_len):
             batch = collate(seqs, index, max_len, device)
             with autocast(device, amp):
@@ -186,7 +183,7 @@ class TargetCache:
                 raise FloatingPointError(
                     f"target features overflow {dtype} in the target cache; "
                     "set outlets train.target_cache=off")
-            rows = {"fused": stored.view(raw)}
+            rows = {"fused": stored.view(torch.int16)}
             if teacher:
                 t = make_teacher(logits, t2d)
                 rows |= {"p": t.p.half(), "in_draft": t.in_draft, "top": t.top.int()}

@@ -303,11 +303,12 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
 @torch.no_grad()
 def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                  positions: list[np.ndarray], batch_tokens: int = 16384,
-                 name: str = "outlets predict", cache: TargetCache | None = None
-                 ) -> list[np.ndarray]:
+                 name: str = "outlets predict", cache: TargetCache | None = None,
+                 store=None) -> list[np.ndarray]:
     """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0); a
     progress line under `name` every tenth of the rows or 30 s. With a prediction cache of
-    these rows (lenbench/outlets/prediction_cache.py) the target's features are read, not run.
+    these rows (lenbench/outlets/prediction_cache.py) the target's features are read, not run;
+    `store(index, fused)`, when given, keeps those of an online pass.
 
     Always in float32, whatever `train.amp` trained with: under bf16 a row's value moves by
     the shape of the batch it lands in (8 mantissa bits), far beyond the causality audit's
@@ -325,6 +326,8 @@ def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
             fused, _ = cache.inputs(index, batch, teacher=False)
         else:
             fused, _ = target_forward(target_model, batch, with_head=False)
+            if store is not None:
+                store(index, fused)
         state = draft.first_step(fused, shift_left(batch.ids, 1), batch.valid,
                                  logits=False).state
         z = draft.length(state).float().cpu().numpy()
