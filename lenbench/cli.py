@@ -199,6 +199,7 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
     from lenbench.pipeline import label_import_cap, prepare_world
     from lenbench.runtime.process import configure_threads
+    from lenbench.scoring.audit_plan import new_audit_seed
     from lenbench.transfer import (
         attach_transfer,
         check_transfer,
@@ -245,11 +246,15 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     results_dir = config.paths.results_dir
     written = []
     seed = int(config.seed)
+    # one audit stream for the run: its predictors are audited on the same changed rows, so one
+    # that shares work across predictors (OUTLETS's prediction cache) does its audit's once too
+    audit_seed = new_audit_seed()
     for name, pcfg, predictor in built:
         run_cfg = replace(config, predictor=pcfg)  # the result records its own predictor
         try:
             with timed(name):
-                result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed)
+                result = evaluate_predictor(predictor, name, pcfg, world, run_cfg, seed,
+                                            audit_seed)
                 if tworld is not None:
                     with timed("transfer"):
                         attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,

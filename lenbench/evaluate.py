@@ -109,9 +109,11 @@ def views(world: World, target=None) -> tuple[SplitView, SplitView, SplitView]:
 
 
 def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, world: World,
-                       run: RunConfig, seed: int) -> dict[str, Any]:
+                       run: RunConfig, seed: int, audit_seed: int | None = None
+                       ) -> dict[str, Any]:
     """Fit and score one predictor; returns the result dict (status 'ok' or raises).
-    `run` is the run's config with this predictor's (`predictor_cfg`) in place."""
+    `run` is the run's config with this predictor's (`predictor_cfg`) in place; `audit_seed`
+    the run's audit stream (fresh when None), so its predictors are audited on the same rows."""
     n_boot, ci = int(run.eval.n_boot), float(run.eval.ci)
     result = _base_result(world, name, "predictor", run, seed, predictor_cfg)
     target = world.target() if predictor.needs.target_model else None
@@ -190,7 +192,7 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         result["predictor"]["reads_next_token"] = bool(predictor.reads_next_token)
     try:  # no scored value may move when what the protocol hides from it changes
         with timed("audit"):
-            result["causality"] = audit_scored(scored, test_hidden, predictor.needs)
+            result["causality"] = audit_scored(scored, test_hidden, predictor.needs, audit_seed)
     except Exception as exc:  # noqa: BLE001 - an audit that cannot run is not a pass
         result["causality"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     if not result["causality"]["passed"]:

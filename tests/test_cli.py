@@ -61,6 +61,10 @@ def test_multirun_predictors_by_seeds(e2e: E2ERun, tmp_path):
     assert runs == [(p, s) for p in ("bin_classifier", "constant", "mlp_probe") for s in (0, 1)]
     assert all(r["status"] == "ok" for r in results)
     assert len({r["config_hash"] for r in results}) == len(results)  # no run overwrote another
+    # each run draws its own audit stream
+    audited = [r["causality"]["audit_seed"] for r in results
+               if r["predictor"]["name"] != "noise_floor"]
+    assert len(set(audited)) == len(audited) == 6
     # the seed reaches the predictor: the two mlp_probe fits differ
     mlp = [r for r in results if r["predictor"]["name"] == "mlp_probe"]
     assert mlp[0]["predictions"]["pred"] != mlp[1]["predictions"]["pred"]
@@ -177,6 +181,10 @@ def test_user_predictor_in_the_suite(e2e: E2ERun, tmp_path):
     assert sorted(by_name) == ["constant", "knn", "noise_floor"]
     assert by_name["knn"]["predictor"]["params"] == {"k": 5}
     assert all(r["status"] == "ok" for r in by_name.values())
+    # one audit stream for the run: its predictors are checked on the same changed rows
+    audits = [by_name[n]["causality"] for n in ("constant", "knn")]
+    assert audits[0]["audit_seed"] == audits[1]["audit_seed"]
+    assert audits[0]["cut_steps"] == audits[1]["cut_steps"]
 
 
 @pytest.mark.parametrize("override,field", [
