@@ -126,7 +126,7 @@ def _identity(monkeypatch: pytest.MonkeyPatch, cfg) -> dict[str, Any]:
                            "n_test_prompts": 1, "mean_L": 1.0},
                   model={"name": "m", "key": "k", "path": None})
 
-    def evaluate(predictor, name, predictor_cfg, world, run_cfg, seed):
+    def evaluate(predictor, name, predictor_cfg, world, run_cfg, seed, audit_seed=None):
         result = lenbench.evaluate._base_result(world, name, "predictor", run_cfg, seed,
                                                 predictor_cfg)
         seen.update(config_hash=result["config_hash"], config=result["config"])
