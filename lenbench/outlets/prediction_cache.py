@@ -15,7 +15,6 @@ holds with FREE_MARGIN to spare, runs online without storing anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -29,22 +28,18 @@ import torch
 
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.target_cache import (
-    META_FILE,
     CacheHome,
     TargetCache,
     cache_config,
     row_layout,
+    store_rows,
+    write_meta,
 )
 from lenbench.stages import Stage
 
 log = logging.getLogger(__name__)
 STAGE = "outlets_predict"
 FREE_MARGIN = 2_000_000_000  # bytes a build leaves free on the cache's disk
-
-
-def prediction_bytes(seqs: list[Sequence], target_hidden: int) -> int:
-    """Size of a prediction cache: 3H float32 features for every token of every row."""
-    return sum(len(s.ids) for s in seqs) * 3 * target_hidden * 4
 
 
 def prediction_config(target_model, home: CacheHome, seqs: list[Sequence],
@@ -67,16 +62,13 @@ class PassWriter:
                                                shape=(int(self.lengths.sum()), 3 * hidden))
 
     def __call__(self, index: list[int], fused: torch.Tensor) -> None:
-        rows = fused.detach().float().cpu().numpy()
-        for b, i in enumerate(index):
-            self.fused[self.starts[i]: self.starts[i] + self.lengths[i]] = rows[b, :self.lengths[i]]
+        store_rows({"fused": self.fused}, {"fused": fused.detach().float().cpu().numpy()}, index,
+                   self.starts, self.lengths)
 
     def finish(self) -> None:
         self.fused.flush()
         self.fused = None
-        meta = {"dtype": "float32", "teacher": False, "tokens": int(self.lengths.sum()),
-                "build_seconds": round(time.perf_counter() - self.started, 3)}
-        (self.folder / META_FILE).write_text(json.dumps(meta, indent=2))
+        write_meta(self.folder, torch.float32, False, int(self.lengths.sum()), self.started)
 
 
 @dataclass
@@ -98,8 +90,9 @@ def prediction_pass(target_model, seqs: list[Sequence], batch_tokens: int,
     if home is None or not seqs:
         yield PredictionPass(record={"mode": "online", "reason": "no cache folder"})
         return
-    size = prediction_bytes(seqs, target_model.config.hidden_size)
-    record = {"rows": len(seqs), "tokens": sum(len(s.ids) for s in seqs), "bytes": size}
+    tokens = sum(len(s.ids) for s in seqs)
+    size = tokens * 3 * target_model.config.hidden_size * 4  # 3H float32 features a token
+    record = {"rows": len(seqs), "tokens": tokens, "bytes": size}
     if size > max_bytes:
         yield PredictionPass(record=record | {"mode": "online",
                                               "reason": f"over prediction_cache_max_bytes "
@@ -119,17 +112,15 @@ def prediction_pass(target_model, seqs: list[Sequence], batch_tokens: int,
                     yield PredictionPass(record=record | {"mode": "online",
                                                           "reason": "disk space"})
                     return
-                built = False
                 try:
                     with stage.building() as folder:
                         writer = PassWriter(folder, seqs, max_len,
                                             target_model.config.hidden_size)
                         yield PredictionPass(store=writer, record=record | {"mode": "built"})
                         writer.finish()
-                    built = True
-                finally:
-                    if not built:
-                        shutil.rmtree(stage.partial, ignore_errors=True)
+                except BaseException:  # a pass that failed or was stopped leaves no folder
+                    shutil.rmtree(stage.partial, ignore_errors=True)
+                    raise
                 log.info("outlets prediction cache: stored the pass over %d rows (%.1f MB) in %s",
                          len(seqs), size / 1e6, stage.path)
                 return

@@ -64,6 +64,26 @@ def row_layout(seqs: list[Sequence], max_len: int) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64), lengths
 
 
+def store_rows(arrays: dict[str, np.ndarray], rows: dict[str, np.ndarray], index: list[int],
+               starts: np.ndarray, lengths: np.ndarray) -> None:
+    """A batch's rows ([B, T, ...] per array) into each of its sequences' span of the cache
+    arrays (`row_layout`)."""
+    for b, i in enumerate(index):
+        span = slice(starts[i], starts[i] + lengths[i])
+        for k, v in rows.items():
+            arrays[k][span] = v[b, : lengths[i]]
+
+
+def write_meta(folder: Path, dtype: torch.dtype, teacher: bool, tokens: int,
+               started: float) -> dict:
+    """The description `TargetCache.open` reads, written beside the arrays once they are
+    complete; `started` is the build's perf_counter start."""
+    meta = {"dtype": str(dtype).removeprefix("torch."), "teacher": teacher, "tokens": tokens,
+            "build_seconds": round(time.perf_counter() - started, 3)}
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+    return meta
+
+
 @dataclass(frozen=True)
 class CacheHome:
     """Where shared target caches live: the harness's cache folder and its key for the target's
@@ -188,19 +208,12 @@ class TargetCache:
                 t = make_teacher(logits, t2d)
                 rows |= {"p": t.p.half(), "in_draft": t.in_draft, "top": t.top.int()}
             del logits
-            rows = {k: v.cpu().numpy() for k, v in rows.items()}
-            for b, i in enumerate(index):
-                span = slice(starts[i], starts[i] + lengths[i])
-                for k, v in rows.items():
-                    out[k][span] = v[b, : lengths[i]]
+            store_rows(out, {k: v.cpu().numpy() for k, v in rows.items()}, index, starts, lengths)
             plain.advance(len(index), tokens=int(lengths[index].sum()))
         for array in out.values():
             array.flush()
         del out
-        meta = {"dtype": str(dtype).removeprefix("torch."), "teacher": teacher, "tokens": n,
-                "build_seconds": round(time.perf_counter() - started, 3)}
-        (folder / META_FILE).write_text(json.dumps(meta, indent=2))
-        return meta
+        return write_meta(folder, dtype, teacher, n, started)
 
     def serves(self, n_seqs: int, max_len: int, teacher: bool) -> bool:
         """Whether this cache holds every row a run over n_seqs sequences at max_len reads."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from contextlib import closing, nullcontext
 
 import numpy as np
@@ -304,7 +305,8 @@ def _fit(draft: DraftModel, target_model, seqs: list[Sequence], cfg: TrainConfig
 def draft_states(draft: DraftModel, target_model, seqs: list[Sequence],
                  positions: list[np.ndarray], batch_tokens: int = 16384,
                  name: str = "outlets predict", cache: TargetCache | None = None,
-                 store=None) -> list[np.ndarray]:
+                 store: Callable[[list[int], torch.Tensor], None] | None = None
+                 ) -> list[np.ndarray]:
     """Predicted log1p(remaining) at the given positions of each sequence (TTT step 0); a
     progress line under `name` every tenth of the rows or 30 s. With a prediction cache of
     these rows (lenbench/outlets/prediction_cache.py) the target's features are read, not run;
