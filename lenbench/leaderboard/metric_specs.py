@@ -183,7 +183,10 @@ MAIN_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("timings.fit_s", "Fit (s)", seconds_of(), better="",
                note="fitting time in seconds, mean over seeds",
                caption=f"Fit time, ms/request and parameter count come from the runs; {DASH} "
-                       "means not applicable."),
+                       "means not applicable. Work shared between runs is counted by the run "
+                       "that does it, not by those that reuse it: the features stage by none, "
+                       "and the OUTLETS target passes (the training cache, the stored prediction "
+                       "pass) by the variant that ran first (its result's report says which)."),
     MetricSpec("timings.predict_ms_per_request", "ms/request", seconds_of(), better="",
                note="prediction time per request in milliseconds"),
     MetricSpec("timings.n_parameters", "Params", count_of(), better="",
