@@ -23,6 +23,7 @@ from lenbench.configs.generation import GenerationConfig
 from lenbench.configs.model import ModelConfig
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.needs import TargetModel
+from lenbench.contract.step_index import StepIndexStore
 from lenbench.data.promptset import (
     DROPPED_FILE,
     build_promptset,
@@ -152,7 +153,11 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
 
     features = None
     feat_stage = None
-    if need_features:
+    if need_features and needs is not None and not any(n.forward for n in needs):
+        # the steps to score follow from the lengths: no target pass for predictors that run
+        # the target themselves (OUTLETS)
+        features = StepIndexStore(labels["L"].to_numpy(), run.features.step_stride)
+    elif need_features:
         fc = features_config(run.features, needs or [])
         feat_stage = Stage(cache, "features", asdict(fc), parent=gen_stage.key)
         # timed with the target's load, when the features are the first to need it

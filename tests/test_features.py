@@ -314,3 +314,15 @@ def test_progress_lines_for_plain_logs(model, labels, tmp_path, caplog):
     last = lines[-1]
     assert last.startswith(f"features: {len(SHAPES)}/{len(SHAPES)} rows (100%)")
     assert "tokens/s" in last and "elapsed 0m0" in last and "left" not in last
+
+
+@pytest.mark.parametrize("stride", [1, 3])
+def test_step_index_without_a_forward_is_the_stages(model, labels, tmp_path, stride):
+    """The steps a run without target states scores are the ones this stage writes."""
+    from lenbench.contract.step_index import StepIndexStore
+
+    store = _extract(model, labels, tmp_path / "s", step_stride=stride)
+    alone = StepIndexStore(labels["L"].to_numpy(), stride)
+    np.testing.assert_array_equal(alone.step_offsets, store.step_offsets)
+    np.testing.assert_array_equal(alone.step_index(), store.step_index())
+    assert alone.meta["n_steps"] == store.meta["n_steps"]

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, run_lenbench
-from helpers.worlds import CFG, StepStore
+from helpers.worlds import CFG, STRIDE
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
@@ -24,6 +24,7 @@ from lenbench import Predictor
 from lenbench.cli import CONF_DIR, typed_config
 from lenbench.configs import RunConfig
 from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.contract.step_index import StepIndexStore
 from lenbench.leaderboard import build_leaderboard
 from lenbench.pipeline import World
 from lenbench.results import json_safe, validate_result
@@ -43,7 +44,8 @@ def _world(prompts: list[tuple[str, str, list[int]]], name: str) -> World:
             for pid, split, lengths in prompts for s, L in enumerate(lengths)]
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     counts = labels["split"].value_counts()
-    return World(labels=labels, features=StepStore(labels["L"].to_numpy()), generation_card={},
+    return World(labels=labels, features=StepIndexStore(labels["L"].to_numpy(), STRIDE),
+                 generation_card={},
                  target_path="", dataset={"name": name, "key": f"{name}-key",
                                           "n_train": int(counts.get("train", 0)),
                                           "n_val": int(counts.get("val", 0))},

@@ -22,8 +22,12 @@ class Needs:
     each name in `pooling`. steps: per-step states of
     the `hidden` roles along the response (dynamic prediction), pooled by each name in
     `step_pooling` ("last": the state at the step; "entropy": the entropy-weighted pool over the
-    prompt and the tokens generated so far). target_model: a handle to the
+    prompt and the tokens generated so far). entropy: the per-token next-token entropies
+    (`entropy(i)`, and the prompt's in the static view); they come with any hidden state, so
+    declare them only to read them without one. target_model: a handle to the
     loaded target model and tokenizer (for predictors that run or train on the live model).
+    A run whose predictors declare steps but neither hidden states nor entropies gets the steps
+    alone, without the teacher-forced pass (lenbench/contract/step_index.py).
     """
 
     text: bool = False
@@ -32,6 +36,7 @@ class Needs:
     steps: bool = False
     step_pooling: tuple[str, ...] = ("last",)
     target_model: bool = False
+    entropy: bool = False
 
     def __post_init__(self) -> None:
         check_names("Needs.hidden", self.hidden, ROLES)
@@ -41,7 +46,13 @@ class Needs:
     @property
     def features(self) -> bool:
         """True when the features stage (a teacher-forced target forward) must run."""
-        return bool(self.hidden) or self.steps
+        return bool(self.hidden) or self.steps or self.entropy
+
+    @property
+    def forward(self) -> bool:
+        """True when the features stage must run the target: target states are read, not
+        only the steps to score."""
+        return bool(self.hidden) or self.entropy
 
 
 @dataclass

@@ -48,6 +48,7 @@ import pandas as pd
 
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.needs import Needs, TargetModel
+from lenbench.contract.step_index import has_entropy
 
 
 class LabelsHidden(RuntimeError):
@@ -276,7 +277,7 @@ class StaticView:
                 except (KeyError, RuntimeError) as exc:
                     self._unavailable[(role, pooling)] = str(exc)
         self._entropy: tuple[np.ndarray, ...] | None = None
-        if needs.features and split._features is not None and self._prompt_token_ids is not None:
+        if needs.features and has_entropy(split._features) and self._prompt_token_ids is not None:
             self._entropy = split._prompt_entropy()
         self._target = split.target if needs.target_model else None
 

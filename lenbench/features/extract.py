@@ -37,6 +37,7 @@ from lenbench.contract.features import (
     static_file,
     step_file,
 )
+from lenbench.contract.step_index import row_step_offsets
 from lenbench.runtime.batching import length_batches, pad_right
 from lenbench.runtime.progress import ProgressLog
 
@@ -128,8 +129,7 @@ def extract_features(
     prompt_len = labels["prompt_token_ids"].map(len).to_numpy()
     out_len = labels["L"].to_numpy()
     n_rows = len(labels)
-    steps_per_row = -(-out_len // cfg.step_stride)  # ceil
-    step_offsets = np.concatenate([[0], np.cumsum(steps_per_row)])
+    step_offsets = row_step_offsets(out_len, cfg.step_stride)
     tok_offsets = np.concatenate([[0], np.cumsum(prompt_len + out_len)])
 
     def mm(name: str, shape: tuple, dtype) -> np.memmap:

@@ -25,6 +25,7 @@ from lenbench.configs import RunConfig
 from lenbench.configs.run import FeaturesConfig
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.contract.step_index import StepIndexStore
 from lenbench.contract.views import SplitView
 from lenbench.outlets.modeling import DraftConfig, DraftModel
 from lenbench.outlets.train import Sequence
@@ -167,19 +168,6 @@ CAP = 300  # make_world's length cap
 STRIDE = 7  # steps t = 0, 7, 14, ... < L
 
 
-class StepStore:
-    """The part of a feature store that `SplitView.steps` reads: step offsets and (row, t)."""
-
-    def __init__(self, lengths: np.ndarray):
-        ts = [np.arange(0, L, STRIDE) for L in lengths]
-        self.step_offsets = np.concatenate([[0], np.cumsum([t.size for t in ts])])
-        rows = np.concatenate([np.full(t.size, i) for i, t in enumerate(ts)])
-        self._index = np.stack([rows, np.concatenate(ts)], axis=1)
-
-    def step_index(self) -> np.ndarray:
-        return self._index
-
-
 class TrainQuantiles(Predictor):
     """Every row gets the train split's quantiles; remaining length: uniform on [0, WIDTH]."""
 
@@ -211,7 +199,8 @@ def make_world(n_samples: int, censor_every: int = 0) -> World:
                          "finish_reason": "length" if cut else "stop", "censored": cut})
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     test = labels[labels["split"] == "test"]
-    return World(labels=labels, features=StepStore(labels["L"].to_numpy()), generation_card={},
+    return World(labels=labels, features=StepIndexStore(labels["L"].to_numpy(), STRIDE),
+                 generation_card={},
                  target_path="", dataset={"name": "w", "key": "k", "n_train": 90, "n_val": 90,
                                           "n_test": len(test), "mean_L": 100.0,
                                           "n_test_prompts": int(test["prompt_id"].nunique())},
