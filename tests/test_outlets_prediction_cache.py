@@ -129,9 +129,9 @@ def test_a_pass_over_the_byte_bound_or_the_free_disk_runs_online(tmp_path, monke
     test = views["test"].hide_labels()
     bounded = fitted(views["train"], "lp_only", prediction_cache_max_bytes=1000)
     expected = bounded.predict_remaining(test)
+    pred = fitted(views["train"], "lp_only")  # trained before the disk fills
     monkeypatch.setattr(cache_mod.shutil, "disk_usage",
                         lambda path: SimpleNamespace(total=10**9, used=10**9, free=10**6))
-    pred = fitted(views["train"], "lp_only")
     assert np.array_equal(pred.predict_remaining(test), expected)
     assert prediction_folders(tmp_path) == []
     assert [r["reason"] for r in (*bounded._passes, *pred._passes)] == \

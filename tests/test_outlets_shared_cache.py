@@ -8,7 +8,9 @@ import copy
 import dataclasses
 import logging
 import re
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -97,6 +99,25 @@ def test_a_run_the_shared_cache_cannot_serve_gets_its_own(tmp_path, monkeypatch)
     assert drafting["teacher"] and not drafting["reused"] and not shorter["reused"]
     assert len(writes) == len(cache_folders(tmp_path)) == 3
     assert len({first["key"], drafting["key"], shorter["key"]}) == 3
+
+
+def test_auto_trains_online_where_the_disk_lacks_room_for_a_new_build(tmp_path,
+                                                                      monkeypatch) -> None:
+    torch.set_num_threads(1)
+    train, _ = world(tmp_path)
+    writes = count_writes(monkeypatch)
+    usage = shutil.disk_usage
+    full = SimpleNamespace(total=10**9, used=10**9, free=10**6)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
+    online = fit(train, "lp_only")._report["target_cache"]
+    forced = fit(train, "lp_only", target_cache="on")._report["target_cache"]  # on: always
+    assert (online["mode"], online["reason"]) == ("online", "disk space")
+    assert forced["mode"] == "cached" and len(writes) == 1
+    # a cache already built needs no room: a full disk still reads it
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    assert fit(train, "lp_only")._report["target_cache"]["reused"]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
+    assert fit(train, "lp_only")._report["target_cache"]["reused"] and len(writes) == 1
 
 
 def test_the_key_moves_with_what_the_bytes_depend_on_and_nothing_else(tmp_path) -> None:

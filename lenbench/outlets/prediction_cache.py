@@ -28,9 +28,11 @@ import torch
 
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.target_cache import (
+    FREE_MARGIN,
     CacheHome,
     TargetCache,
     cache_config,
+    disk_room,
     row_layout,
     store_rows,
     write_meta,
@@ -39,7 +41,6 @@ from lenbench.stages import Stage
 
 log = logging.getLogger(__name__)
 STAGE = "outlets_predict"
-FREE_MARGIN = 2_000_000_000  # bytes a build leaves free on the cache's disk
 
 
 def prediction_config(target_model, home: CacheHome, seqs: list[Sequence],
@@ -104,8 +105,8 @@ def prediction_pass(target_model, seqs: list[Sequence], batch_tokens: int,
     if not stage.done:
         with stage.lock():
             if not stage.done:  # another process may have built it while this one waited
-                free = shutil.disk_usage(stage.path.parent).free
-                if free < size + FREE_MARGIN:
+                room, free = disk_room(stage.path.parent, size)
+                if not room:
                     log.warning("outlets prediction cache: %.1f GB free, %.1f GB needed with "
                                 "%.0f GB to spare; predicting online", free / 1e9, size / 1e9,
                                 FREE_MARGIN / 1e9)

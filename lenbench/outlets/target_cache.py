@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from lenbench.runtime.progress import ProgressLog
 from lenbench.stages import Stage
 
 log = logging.getLogger(__name__)
+FREE_MARGIN = 2_000_000_000  # bytes a cache's build leaves free on its disk
 STAGE = "outlets_target"
 CACHE_FORMAT = 1  # raised when the files' layout changes, so older caches are rebuilt
 META_FILE = "cache.json"
@@ -259,11 +261,22 @@ class TargetCache:
             self._temporary.cleanup()
 
 
+def disk_room(folder: Path, size: int) -> tuple[bool, int]:
+    """Whether the disk under `folder` holds `size` more bytes with FREE_MARGIN to spare, and
+    how many bytes are free there."""
+    folder = Path(folder)
+    while not folder.exists():  # the cache's own folder may not exist yet
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    return free >= size + FREE_MARGIN, free
+
+
 def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
                       teacher: bool, home: CacheHome | None = None
                       ) -> tuple[TargetCache | None, dict]:
     """The cache when cfg.target_cache asks for one (None: train online), and a record of the
-    decision for the report. With a `home` the cache is shared (`shared_cache`)."""
+    decision for the report. With a `home` the cache is shared (`shared_cache`). `auto` trains
+    online when a cache still to build would not fit on its disk with FREE_MARGIN to spare."""
     estimate = cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size, int(t2d.sum()),
                            teacher)
     record = {"setting": cfg.target_cache, "estimated_bytes": estimate,
@@ -271,6 +284,15 @@ def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d:
     if cfg.target_cache == "off" or (cfg.target_cache == "auto"
                                      and estimate > cfg.target_cache_max_bytes):
         return None, record | {"mode": "online"}
+    if cfg.target_cache == "auto" and not (home is not None and built_cache(
+            target_model, seqs, cfg, t2d, teacher, home)):
+        room, free = disk_room(Path(home.cache_dir) if home is not None
+                               else Path(tempfile.gettempdir()), estimate)
+        if not room:
+            log.warning("outlets target cache: %.1f GB free, %.1f GB needed with %.0f GB to "
+                        "spare; training online (the target runs on every batch)", free / 1e9,
+                        estimate / 1e9, FREE_MARGIN / 1e9)
+            return None, record | {"mode": "online", "reason": "disk space"}
     if home is not None:
         cache = shared_cache(target_model, seqs, cfg, t2d, teacher, home)
     else:
@@ -286,20 +308,32 @@ def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d:
     return cache, record | cache.describe()
 
 
+def candidate_stages(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
+                     teacher: bool, home: CacheHome) -> list[Stage]:
+    """The stages that serve a fit: with the teacher, and (a fit that needs none) without it."""
+    def stage(with_teacher: bool) -> Stage:
+        config = cache_config(target_model, home, seqs, cfg, t2d if with_teacher else None)
+        return Stage(home.cache_dir, STAGE, config)
+
+    return [stage(True)] if teacher else [stage(True), stage(False)]
+
+
+def built_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
+                teacher: bool, home: CacheHome) -> bool:
+    """Whether a stage that serves this fit is already built under home."""
+    return any(s.done for s in candidate_stages(target_model, seqs, cfg, t2d, teacher, home))
+
+
 def shared_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
                  teacher: bool, home: CacheHome) -> TargetCache:
     """The cache stage for these rows under home, built once. A run without the drafting
     teacher also takes a cache that has it; when it builds, it stores the teacher too if that
     fits `target_cache_max_bytes`, so the drafting variants reuse its build."""
-    def stage(with_teacher: bool) -> Stage:
-        config = cache_config(target_model, home, seqs, cfg, t2d if with_teacher else None)
-        return Stage(home.cache_dir, STAGE, config)
-
-    full = stage(True)
-    found = [full] if teacher else [full, stage(False)]
+    found = candidate_stages(target_model, seqs, cfg, t2d, teacher, home)
     for candidate in found:
         if candidate.done:
             return TargetCache.open(candidate, seqs, cfg.max_len, reused=True)
+    full = found[0]
     with_teacher = teacher or cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size,
                                           int(t2d.sum()), True) <= cfg.target_cache_max_bytes
     chosen = full if with_teacher else found[-1]
