@@ -163,11 +163,11 @@ class Outlets(Predictor):
         # target pass is cached (and shared) like the training rows'
         watches = max(self.train_cfg.patience, (self.head_cfg or self.train_cfg).patience) > 0
         val_seqs = _sequences(val) if watches and val is not None and len(val) else None
-        val_cache = None
+        val_cache, val_record = None, None
         try:
             if val_seqs:
-                val_cache, _ = open_target_cache(target, val_seqs, self.train_cfg, t2d, teacher,
-                                                 home)
+                val_cache, val_record = open_target_cache(target, val_seqs, self.train_cfg,
+                                                          t2d, teacher, home)
             history = {"backbone": train_draft(self.draft, target, seqs, self.train_cfg,
                                                self.seed, description=f"{self.variant} train",
                                                progress=self.progress, cache=cache,
@@ -190,7 +190,7 @@ class Outlets(Predictor):
             "head_train_config": self.head_cfg.to_dict() if self.head_cfg else None,
             "inferred_choices": INFERRED, "draft_vocab": vocab_card,
             "parameters": self.draft.parameter_counts(), "training": history,
-            "target_cache": cache_record}
+            "target_cache": cache_record, "validation_target_cache": val_record}
 
     # --- prediction ---------------------------------------------------------------------------
 

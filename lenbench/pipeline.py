@@ -153,10 +153,11 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
 
     features = None
     feat_stage = None
-    if need_features and needs is not None and not any(n.forward for n in needs):
+    if need_features and needs and not any(n.forward for n in needs):
         # the steps to score follow from the lengths: no target pass for predictors that run
         # the target themselves (OUTLETS)
-        features = StepIndexStore(labels["L"].to_numpy(), run.features.step_stride)
+        features = StepIndexStore.from_lengths(labels["L"].to_numpy(),
+                                              run.features.step_stride)
     elif need_features:
         fc = features_config(run.features, needs or [])
         feat_stage = Stage(cache, "features", asdict(fc), parent=gen_stage.key)

@@ -21,8 +21,9 @@ has them) and checks one value per row, as the harness does.
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +40,11 @@ from lenbench.contract.features import (
 )
 from lenbench.contract.labels import LABEL_COLUMNS
 from lenbench.contract.predictor import Predictor
+from lenbench.contract.step_index import StepIndexStore
 from lenbench.contract.views import SplitView
 
-__all__ = ["FILLER", "TASKS", "Scored", "Splits", "fit_and_score", "synthetic_splits"]
+__all__ = ["FILLER", "TASKS", "Scored", "Splits", "as_declared", "fit_and_score",
+           "synthetic_splits"]
 
 # The word that sets a prompt's typical length, and that length in tokens; the rest is filler.
 TASKS = {"haiku": 12, "define": 30, "explain": 90, "compare": 160, "essay": 240}
@@ -164,9 +167,27 @@ def _one_per(values, n: int, method: str) -> np.ndarray:
     return out
 
 
+def as_declared(splits: Splits, needs) -> Splits:
+    """The splits as the harness builds them for a run of predictors declaring `needs` alone:
+    with steps but no target state declared, the views hold the steps and nothing of the
+    target (no hidden states, no entropies), as in such a run."""
+    if not needs.features or needs.forward:
+        return splits
+
+    def steps_only(view: SplitView) -> SplitView:
+        out = copy.copy(view)
+        out._features = StepIndexStore.of_store(view._features)
+        return out
+
+    return replace(splits, train=steps_only(splits.train), val=steps_only(splits.val),
+                   test=steps_only(splits.test))
+
+
 def fit_and_score(predictor: Predictor, splits: Splits, seed: int = 0) -> Scored:
     """Fit `predictor` on train and val and predict the test split through the views the
-    harness hands over, checking one finite value per row (per step for `predict_remaining`)."""
+    harness hands over (`as_declared`), checking one finite value per row (per step for
+    `predict_remaining`)."""
+    splits = as_declared(splits, predictor.needs)
     predictor.seed = seed
     predictor.fit(splits.train, splits.val)
     test, truth = splits.test, splits.test.lengths.astype(np.float64)

@@ -322,7 +322,7 @@ def test_step_index_without_a_forward_is_the_stages(model, labels, tmp_path, str
     from lenbench.contract.step_index import StepIndexStore
 
     store = _extract(model, labels, tmp_path / "s", step_stride=stride)
-    alone = StepIndexStore(labels["L"].to_numpy(), stride)
+    alone = StepIndexStore.from_lengths(labels["L"].to_numpy(), stride)
     np.testing.assert_array_equal(alone.step_offsets, store.step_offsets)
     np.testing.assert_array_equal(alone.step_index(), store.step_index())
     assert alone.meta["n_steps"] == store.meta["n_steps"]

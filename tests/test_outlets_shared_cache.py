@@ -22,6 +22,7 @@ from baselines.outlets import Outlets
 from lenbench.contract.views import SplitView
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.target_cache import (
+    FREE_MARGIN,
     STAGE,
     CacheHome,
     TargetCache,
@@ -118,6 +119,24 @@ def test_auto_trains_online_where_the_disk_lacks_room_for_a_new_build(tmp_path,
     assert fit(train, "lp_only")._report["target_cache"]["reused"]
     monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
     assert fit(train, "lp_only")._report["target_cache"]["reused"] and len(writes) == 1
+
+
+def test_a_disk_with_room_for_the_features_alone_keeps_the_teacher_out(tmp_path,
+                                                                        monkeypatch) -> None:
+    torch.set_num_threads(1)
+    train, _ = world(tmp_path)
+    seqs = [Sequence(train.sequence_token_ids(i), int(train.prompt_lengths[i]), 0)
+            for i in range(len(train))]
+    _, t2d, _ = build_draft_vocab(train.response_token_ids, 64, 48)
+    alone, with_teacher = (cache_bytes(seqs, SMALL["max_len"], 32, int(t2d.sum()), teacher)
+                           for teacher in (False, True))
+    free = FREE_MARGIN + (alone + with_teacher) // 2  # room for the features, not the teacher
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: SimpleNamespace(total=10**12, used=0, free=free))
+    features = fit(train, "lp_only")._report["target_cache"]
+    drafting = fit(train, "outlets")._report["target_cache"]
+    assert (features["mode"], features["teacher"]) == ("cached", False)
+    assert (drafting["mode"], drafting["reason"]) == ("online", "disk space")
 
 
 def test_the_key_moves_with_what_the_bytes_depend_on_and_nothing_else(tmp_path) -> None:

@@ -8,12 +8,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lenbench import Needs
+from lenbench import Needs, Predictor
 from lenbench.configs import RunConfig
 from lenbench.contract.features import FeatureStore
 from lenbench.contract.step_index import StepIndexStore, row_step_offsets, step_index
+from lenbench.contract.views import FeatureNotDeclared
 from lenbench.evaluate import views
 from lenbench.pipeline import prepare_world
+from lenbench.testing import fit_and_score, synthetic_splits
 
 
 def test_needs_say_when_the_target_must_run() -> None:
@@ -33,7 +35,7 @@ def test_step_layout_follows_the_lengths(stride: int) -> None:
         part = index[offsets[row]: offsets[row + 1]]
         assert (part[:, 0] == row).all() and part[:, 1].tolist() == list(range(0, L, stride))
     with pytest.raises(ValueError, match="step_stride"):
-        StepIndexStore(lengths, 0)
+        StepIndexStore.from_lengths(lengths, 0)
 
 
 def _world(e2e, needs: list[Needs]):
@@ -73,3 +75,34 @@ def test_views_without_target_states_say_what_to_declare(e2e) -> None:
         train.hidden("mid")
     static = test.static_view(Needs(steps=True, target_model=True))
     assert len(static) == len(test)  # no entropies to copy, and none asked for
+
+
+class EntropyReader(Predictor):
+    """Predicts each row's mean prompt entropy: it reads entropies and no hidden state."""
+
+    dynamic = True
+
+    def __init__(self, declared: bool):
+        self.needs = Needs(steps=True, entropy=declared)
+
+    def fit(self, train, val=None) -> None:
+        self.scale = float(np.mean(train.lengths)) / max(float(np.mean(train.entropy(0))), 1e-6)
+
+    def predict(self, split) -> np.ndarray:
+        return np.array([self.scale * split.entropy(i).mean() for i in range(len(split))])
+
+    def predict_remaining(self, split) -> np.ndarray:
+        return np.full(len(split.steps), self.scale)
+
+
+def test_a_predictor_reads_entropies_only_when_it_declares_them(tmp_path) -> None:
+    splits = synthetic_splits(tmp_path, n_prompts=20)
+    scored = fit_and_score(EntropyReader(declared=True), splits)
+    assert scored.static.std() > 0 and len(scored.remaining) == len(splits.test.steps)
+    with pytest.raises(KeyError, match="entropy=True"):  # as a run of it alone would
+        fit_and_score(EntropyReader(declared=False), splits)
+    # the static view follows the declaration, whatever the store holds (alone or in a suite)
+    with pytest.raises(FeatureNotDeclared, match="entropy=True"):
+        splits.test.static_view(Needs(steps=True)).entropy(0)
+    assert len(splits.test.static_view(Needs(entropy=True)).entropy(0)) == \
+        splits.test.prompt_lengths[0]

@@ -44,8 +44,8 @@ def _world(prompts: list[tuple[str, str, list[int]]], name: str) -> World:
             for pid, split, lengths in prompts for s, L in enumerate(lengths)]
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     counts = labels["split"].value_counts()
-    return World(labels=labels, features=StepIndexStore(labels["L"].to_numpy(), STRIDE),
-                 generation_card={},
+    steps = StepIndexStore.from_lengths(labels["L"].to_numpy(), STRIDE)
+    return World(labels=labels, features=steps, generation_card={},
                  target_path="", dataset={"name": name, "key": f"{name}-key",
                                           "n_train": int(counts.get("train", 0)),
                                           "n_val": int(counts.get("val", 0))},

@@ -45,7 +45,8 @@ class Needs:
 
     @property
     def features(self) -> bool:
-        """True when the features stage (a teacher-forced target forward) must run."""
+        """True when the run needs a feature store: target states, or only the steps to score
+        (then no target runs: `forward`)."""
         return bool(self.hidden) or self.steps or self.entropy
 
     @property

@@ -38,14 +38,23 @@ class StepIndexStore:
     """The step index of a world without any target state: what a features folder's reader
     (`FeatureStore`) offers, less the states and entropies, which raise a KeyError saying why."""
 
-    def __init__(self, lengths: np.ndarray, stride: int):
-        if int(stride) < 1:
-            raise ValueError("features.step_stride must be >= 1")
-        self.step_offsets = row_step_offsets(lengths, stride)
-        self._index = step_index(lengths, stride)
+    def __init__(self, offsets: np.ndarray, index: np.ndarray, stride: int):
+        self.step_offsets, self._index = np.asarray(offsets), np.asarray(index)
         self.meta = {"roles": [], "poolings": [], "step_roles": [], "step_poolings": [],
                      "step_stride": int(stride), "n_rows": len(self.step_offsets) - 1,
-                     "n_steps": int(self.step_offsets[-1]), "states": False}
+                     "n_steps": int(self.step_offsets[-1])}
+
+    @classmethod
+    def from_lengths(cls, lengths: np.ndarray, stride: int) -> StepIndexStore:
+        """The steps of rows of these response lengths, every `stride` tokens."""
+        if int(stride) < 1:
+            raise ValueError("features.step_stride must be >= 1")
+        return cls(row_step_offsets(lengths, stride), step_index(lengths, stride), stride)
+
+    @classmethod
+    def of_store(cls, store) -> StepIndexStore:
+        """A feature store's steps without its states: what a run declaring none gets."""
+        return cls(store.step_offsets, store.step_index(), store.meta["step_stride"])
 
     def step_index(self) -> np.ndarray:
         return self._index

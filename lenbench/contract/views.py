@@ -21,9 +21,9 @@ The three views (the contract each predictor method is held to):
   prompt positions 0..n-1 (n entries for a prompt of n tokens; entry j is the entropy of the
   distribution over token j+1, so the last is that of the prefill distribution y_1 was sampled
   from; position n, whose input is y_1, is left out: it needs a decode step), available when the
-  predictor declared features (`Needs.hidden` or `Needs.steps`), and `target` (the model handle,
-  for `Needs(target_model=True)` only). `lengths`, `response_token_ids`, `steps` and
-  `sequence_token_ids(i)` raise `LabelsHidden`.
+  predictor declared target states (`Needs.hidden`, or `Needs(entropy=True)`), and `target`
+  (the model handle, for `Needs(target_model=True)` only). `lengths`, `response_token_ids`,
+  `steps` and `sequence_token_ids(i)` raise `LabelsHidden`.
 * **Dynamic view** (`SplitView.hide_labels()`, given to `predict_remaining()` on the scored
   split): the dynamic protocol walks the true response, so the view has `steps` (`row`, `t`,
   `hidden(role, pooling)`), `sequence_token_ids(i)` (prompt + whole response) and `entropy(i)`
@@ -277,7 +277,7 @@ class StaticView:
                 except (KeyError, RuntimeError) as exc:
                     self._unavailable[(role, pooling)] = str(exc)
         self._entropy: tuple[np.ndarray, ...] | None = None
-        if needs.features and has_entropy(split._features) and self._prompt_token_ids is not None:
+        if needs.forward and has_entropy(split._features) and self._prompt_token_ids is not None:
             self._entropy = split._prompt_entropy()
         self._target = split.target if needs.target_model else None
 
@@ -353,8 +353,8 @@ class StaticView:
         last is the entropy of the prefill distribution that y_1 was sampled from)."""
         if self._entropy is None:
             raise FeatureNotDeclared("entropy(i) comes from the features stage, which runs for a "
-                                     "predictor only when it declares Needs.hidden (or "
-                                     "Needs.steps): set needs = Needs(hidden=('mid',), ...)")
+                                     "predictor only when it declares Needs.hidden or "
+                                     "Needs(entropy=True): set needs = Needs(entropy=True, ...)")
         return self._entropy[i].copy()
 
     def _hidden_from_predict(self, what: str):

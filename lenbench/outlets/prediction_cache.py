@@ -105,6 +105,8 @@ def prediction_pass(target_model, seqs: list[Sequence], batch_tokens: int,
     if not stage.done:
         with stage.lock():
             if not stage.done:  # another process may have built it while this one waited
+                # under the lock nobody else writes here: a partial folder is a killed pass's
+                shutil.rmtree(stage.partial, ignore_errors=True)
                 room, free = disk_room(stage.path.parent, size)
                 if not room:
                     log.warning("outlets prediction cache: %.1f GB free, %.1f GB needed with "

@@ -271,12 +271,23 @@ def disk_room(folder: Path, size: int) -> tuple[bool, int]:
     return free >= size + FREE_MARGIN, free
 
 
+def room_to_build(folder: Path, size: int) -> bool:
+    """disk_room, saying in the log why training goes online when there is none."""
+    room, free = disk_room(folder, size)
+    if not room:
+        log.warning("outlets target cache: %.1f GB free, %.1f GB needed with %.0f GB to spare; "
+                    "training online (the target runs on every batch)", free / 1e9, size / 1e9,
+                    FREE_MARGIN / 1e9)
+    return room
+
+
 def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
                       teacher: bool, home: CacheHome | None = None
                       ) -> tuple[TargetCache | None, dict]:
     """The cache when cfg.target_cache asks for one (None: train online), and a record of the
-    decision for the report. With a `home` the cache is shared (`shared_cache`). `auto` trains
-    online when a cache still to build would not fit on its disk with FREE_MARGIN to spare."""
+    decision for the report. With a `home` the cache is shared (`shared_cache`). `auto` also
+    trains online when a cache still to build would not fit on its disk with FREE_MARGIN to
+    spare."""
     estimate = cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size, int(t2d.sum()),
                            teacher)
     record = {"setting": cfg.target_cache, "estimated_bytes": estimate,
@@ -284,20 +295,16 @@ def open_target_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d:
     if cfg.target_cache == "off" or (cfg.target_cache == "auto"
                                      and estimate > cfg.target_cache_max_bytes):
         return None, record | {"mode": "online"}
-    if cfg.target_cache == "auto" and not (home is not None and built_cache(
-            target_model, seqs, cfg, t2d, teacher, home)):
-        room, free = disk_room(Path(home.cache_dir) if home is not None
-                               else Path(tempfile.gettempdir()), estimate)
-        if not room:
-            log.warning("outlets target cache: %.1f GB free, %.1f GB needed with %.0f GB to "
-                        "spare; training online (the target runs on every batch)", free / 1e9,
-                        estimate / 1e9, FREE_MARGIN / 1e9)
-            return None, record | {"mode": "online", "reason": "disk space"}
+    check_room = cfg.target_cache == "auto"
     if home is not None:
-        cache = shared_cache(target_model, seqs, cfg, t2d, teacher, home)
-    else:
+        cache = shared_cache(target_model, seqs, cfg, t2d, teacher, home, check_room)
+    elif not check_room or room_to_build(Path(tempfile.gettempdir()), estimate):
         cache = TargetCache.build(target_model, seqs, cfg.max_len, t2d, teacher,
                                   cfg.batch_tokens, cfg.amp)
+    else:
+        cache = None
+    if cache is None:
+        return None, record | {"mode": "online", "reason": "disk space"}
     if cache.reused:
         log.info("outlets target cache: reused %s (%d tokens, %.1f MB, built earlier in %.1f s)",
                  cache.path, cache.lengths.sum(), cache.nbytes / 1e6, cache.build_seconds)
@@ -318,28 +325,28 @@ def candidate_stages(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: 
     return [stage(True)] if teacher else [stage(True), stage(False)]
 
 
-def built_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
-                teacher: bool, home: CacheHome) -> bool:
-    """Whether a stage that serves this fit is already built under home."""
-    return any(s.done for s in candidate_stages(target_model, seqs, cfg, t2d, teacher, home))
-
-
 def shared_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torch.Tensor,
-                 teacher: bool, home: CacheHome) -> TargetCache:
+                 teacher: bool, home: CacheHome, check_room: bool = False) -> TargetCache | None:
     """The cache stage for these rows under home, built once. A run without the drafting
     teacher also takes a cache that has it; when it builds, it stores the teacher too if that
-    fits `target_cache_max_bytes`, so the drafting variants reuse its build."""
+    fits `target_cache_max_bytes` (and, with `check_room`, the disk), so the drafting variants
+    reuse its build. None: with `check_room`, the stage to build does not fit on the disk."""
     found = candidate_stages(target_model, seqs, cfg, t2d, teacher, home)
     for candidate in found:
         if candidate.done:
             return TargetCache.open(candidate, seqs, cfg.max_len, reused=True)
-    full = found[0]
-    with_teacher = teacher or cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size,
-                                          int(t2d.sum()), True) <= cfg.target_cache_max_bytes
-    chosen = full if with_teacher else found[-1]
+    sizes = {w: cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size, int(t2d.sum()),
+                            w) for w in (True, False)}
+    with_teacher = teacher or (sizes[True] <= cfg.target_cache_max_bytes and not (
+        check_room and not disk_room(found[0].path.parent, sizes[True])[0]))
+    chosen = found[0] if with_teacher else found[-1]
     with chosen.lock():
         reused = chosen.done  # another process built it while this one waited
         if not reused:
+            # under the lock nobody else writes here: a partial folder is a killed build's
+            shutil.rmtree(chosen.partial, ignore_errors=True)
+            if check_room and not room_to_build(chosen.path.parent, sizes[with_teacher]):
+                return None
             with chosen.building() as folder:
                 TargetCache.write(folder, target_model, seqs, cfg.max_len, t2d, with_teacher,
                                   cfg.batch_tokens, cfg.amp)

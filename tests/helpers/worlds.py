@@ -199,8 +199,8 @@ def make_world(n_samples: int, censor_every: int = 0) -> World:
                          "finish_reason": "length" if cut else "stop", "censored": cut})
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     test = labels[labels["split"] == "test"]
-    return World(labels=labels, features=StepIndexStore(labels["L"].to_numpy(), STRIDE),
-                 generation_card={},
+    steps = StepIndexStore.from_lengths(labels["L"].to_numpy(), STRIDE)
+    return World(labels=labels, features=steps, generation_card={},
                  target_path="", dataset={"name": "w", "key": "k", "n_train": 90, "n_val": 90,
                                           "n_test": len(test), "mean_L": 100.0,
                                           "n_test_prompts": int(test["prompt_id"].nunique())},
