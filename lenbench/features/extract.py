@@ -37,7 +37,7 @@ from lenbench.contract.features import (
     static_file,
     step_file,
 )
-from lenbench.contract.step_index import row_step_offsets
+from lenbench.contract.step_index import row_step_offsets, step_index
 from lenbench.runtime.batching import length_batches, pad_right
 from lenbench.runtime.progress import ProgressLog
 
@@ -139,7 +139,8 @@ def extract_features(
               for r in cfg.roles for p in cfg.poolings}
     steps = {(r, p): mm(step_file(r, p), (int(step_offsets[-1]), hidden), np.float16)
              for r in cfg.step_roles for p in cfg.step_poolings}
-    step_index = mm("steps_index.npy", (int(step_offsets[-1]), 2), np.int32)
+    index = mm("steps_index.npy", (int(step_offsets[-1]), 2), np.int32)
+    index[:] = step_index(out_len, cfg.step_stride)  # (row, t), as a run without states has it
     entropy_all = mm("entropy.npy", (int(tok_offsets[-1]),), np.float32)
     np.save(out_dir / "entropy_offsets.npy", tok_offsets)
     np.save(out_dir / "steps_offsets.npy", step_offsets)
@@ -191,8 +192,6 @@ def extract_features(
             dest = np.concatenate([np.arange(step_offsets[i], step_offsets[i + 1]) for i in batch])
             at_b = np.repeat(np.arange(len(batch)), [len(t) for t in ts])
             at_t = np.concatenate(ts)
-            step_index[dest, 0] = rows[at_b]
-            step_index[dest, 1] = at_t
             at = torch.as_tensor(np.stack([at_b, n_np[at_b] - 1 + at_t], 1), device=device)
             for (r, p), arr in steps.items():
                 if p == "last":
@@ -202,7 +201,7 @@ def extract_features(
 
             bar.advance(task, len(batch))
             plog.advance(len(batch), tokens=int((n_np + L_np).sum()))
-    for arr in (*static.values(), *steps.values(), step_index, entropy_all):
+    for arr in (*static.values(), *steps.values(), index, entropy_all):
         arr.flush()
     meta = {"roles": list(cfg.roles), "poolings": list(cfg.poolings),
             "step_roles": list(cfg.step_roles), "step_stride": cfg.step_stride,

@@ -28,11 +28,10 @@ import torch
 
 from lenbench.outlets.batches import Sequence, TrainConfig
 from lenbench.outlets.target_cache import (
-    FREE_MARGIN,
     CacheHome,
     TargetCache,
     cache_config,
-    disk_room,
+    room_to_build,
     row_layout,
     store_rows,
     write_meta,
@@ -107,11 +106,8 @@ def prediction_pass(target_model, seqs: list[Sequence], batch_tokens: int,
             if not stage.done:  # another process may have built it while this one waited
                 # under the lock nobody else writes here: a partial folder is a killed pass's
                 shutil.rmtree(stage.partial, ignore_errors=True)
-                room, free = disk_room(stage.path.parent, size)
-                if not room:
-                    log.warning("outlets prediction cache: %.1f GB free, %.1f GB needed with "
-                                "%.0f GB to spare; predicting online", free / 1e9, size / 1e9,
-                                FREE_MARGIN / 1e9)
+                if not room_to_build(stage.path.parent, size, "outlets prediction cache",
+                                     "predicting online"):
                     yield PredictionPass(record=record | {"mode": "online",
                                                           "reason": "disk space"})
                     return

@@ -271,13 +271,13 @@ def disk_room(folder: Path, size: int) -> tuple[bool, int]:
     return free >= size + FREE_MARGIN, free
 
 
-def room_to_build(folder: Path, size: int) -> bool:
-    """disk_room, saying in the log why training goes online when there is none."""
+def room_to_build(folder: Path, size: int, cache: str = "outlets target cache",
+                  instead: str = "training online (the target runs on every batch)") -> bool:
+    """disk_room, saying in the log what runs `instead` of building `cache` when there is none."""
     room, free = disk_room(folder, size)
     if not room:
-        log.warning("outlets target cache: %.1f GB free, %.1f GB needed with %.0f GB to spare; "
-                    "training online (the target runs on every batch)", free / 1e9, size / 1e9,
-                    FREE_MARGIN / 1e9)
+        log.warning("%s: %.1f GB free, %.1f GB needed with %.0f GB to spare; %s", cache,
+                    free / 1e9, size / 1e9, FREE_MARGIN / 1e9, instead)
     return room
 
 
@@ -337,8 +337,8 @@ def shared_cache(target_model, seqs: list[Sequence], cfg: TrainConfig, t2d: torc
             return TargetCache.open(candidate, seqs, cfg.max_len, reused=True)
     sizes = {w: cache_bytes(seqs, cfg.max_len, target_model.config.hidden_size, int(t2d.sum()),
                             w) for w in (True, False)}
-    with_teacher = teacher or (sizes[True] <= cfg.target_cache_max_bytes and not (
-        check_room and not disk_room(found[0].path.parent, sizes[True])[0]))
+    with_teacher = teacher or (sizes[True] <= cfg.target_cache_max_bytes and (
+        not check_room or disk_room(found[0].path.parent, sizes[True])[0]))
     chosen = found[0] if with_teacher else found[-1]
     with chosen.lock():
         reused = chosen.done  # another process built it while this one waited

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lenbench.contract.step_index import has_entropy
 from lenbench.contract.views import SplitView
 from lenbench.scoring.perturbed_store import PerturbedStore, RowChange, entropy_reader
 
@@ -190,8 +191,7 @@ def _changes(store, originals: np.ndarray, row_t: list[np.ndarray], prompt_n: np
     """Per drawn row of the store: the steps kept (t <= c), the t of the new ones (those after
     c up to the new length, on the store's stride) and the new entropy."""
     stride = _stride(store, row_t)
-    read = entropy_reader(store) if hasattr(store, "entropy") and hasattr(
-        store, "token_offsets") else None
+    read = entropy_reader(store) if has_entropy(store) else None
     out = []
     for j, g in enumerate(originals):
         n, c, L2, ts = int(prompt_n[j]), int(cuts[j]), int(new_len[j]), row_t[j]
