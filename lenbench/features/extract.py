@@ -139,8 +139,9 @@ def extract_features(
               for r in cfg.roles for p in cfg.poolings}
     steps = {(r, p): mm(step_file(r, p), (int(step_offsets[-1]), hidden), np.float16)
              for r in cfg.step_roles for p in cfg.step_poolings}
-    index = mm("steps_index.npy", (int(step_offsets[-1]), 2), np.int32)
-    index[:] = step_index(out_len, cfg.step_stride)  # (row, t), as a run without states has it
+    scored = step_index(out_len, cfg.step_stride)  # (row, t), as a run without states has it
+    index = mm("steps_index.npy", scored.shape, np.int32)
+    index[:] = scored
     entropy_all = mm("entropy.npy", (int(tok_offsets[-1]),), np.float32)
     np.save(out_dir / "entropy_offsets.npy", tok_offsets)
     np.save(out_dir / "steps_offsets.npy", step_offsets)
@@ -188,10 +189,9 @@ def extract_features(
                         static[(r, p)][rows] = pooled[:, k]
 
             # step t of row b reads position n_b - 1 + t; its stored rows are contiguous per row
-            ts = [np.arange(0, L, cfg.step_stride) for L in L_np]
             dest = np.concatenate([np.arange(step_offsets[i], step_offsets[i + 1]) for i in batch])
-            at_b = np.repeat(np.arange(len(batch)), [len(t) for t in ts])
-            at_t = np.concatenate(ts)
+            at_b = np.repeat(np.arange(len(batch)), np.diff(step_offsets)[rows])
+            at_t = scored[dest, 1]
             at = torch.as_tensor(np.stack([at_b, n_np[at_b] - 1 + at_t], 1), device=device)
             for (r, p), arr in steps.items():
                 if p == "last":
