@@ -38,13 +38,14 @@ from lenbench.configs.model import ToyModel
 from lenbench.results import PROTOCOL_VERSION, write_result
 from lenbench.results.provenance import utc_now
 from lenbench.results.versions import changed_since
-from lenbench.sim.record import rescorable_config, rescore_scheduling
+from lenbench.sim.record import protocol_settings, rescorable_config, rescore_scheduling
 
 # (label, key) of a predictor's headline figures printed old beside new, after its score
 CHANGES_SHOWN = (("All mean change", "e2e_mean_all_change"),
                  ("Short mean change", "e2e_mean_short_change"),
                  ("Long mean change", "e2e_mean_long_change"),
-                 ("Capped mean change", "e2e_mean_capped_change"))
+                 ("Capped mean change", "e2e_mean_capped_change"),
+                 ("Capped P99 change", "e2e_p99_capped_change"))
 
 log = logging.getLogger("lenbench.rescore_scheduling")
 
@@ -139,7 +140,8 @@ def check_loads_without_generating(result: dict[str, Any], run: RunConfig, world
 
 
 def rescore_result(result: dict[str, Any], prompt_len: np.ndarray | None = None,
-                   score_alphas: Sequence[float] | None = None) -> dict[str, Any]:
+                   score_alphas: Sequence[float] | None = None,
+                   protocol: dict[str, Any] | None = None) -> dict[str, Any]:
     """`result` with its scheduling block recomputed (and `predictions.prompt_len` stored) and
     its protocol this one; `prompt_len` is read from the result when None. A result whose static
     figures predate this protocol's is refused: they would pass for current."""
@@ -159,7 +161,7 @@ def rescore_result(result: dict[str, Any], prompt_len: np.ndarray | None = None,
     sched = rescore_scheduling(result["scheduling"], result["predictor"]["name"],
                                np.asarray(preds["true"]), np.asarray(preds["pred"]),
                                prompt_len, None if censored is None else np.asarray(censored),
-                               score_alphas=score_alphas)
+                               score_alphas=score_alphas, protocol=protocol)
     sched["rescored"] = {"at": utc_now(), "from_protocol": before,
                          "to_protocol": max(before, PROTOCOL_VERSION),
                          "from": "the stored test predictions, on the recorded draws"}
@@ -184,6 +186,8 @@ def comparison_lines(source: str, name: str, old: dict[str, Any],
     """Markdown rows `| file | figure | old | new |` of one rescored scheduling block."""
     before, after = own_headline(old, name), own_headline(new, name)
     pairs = [("score on", old.get("score_metric"), new.get("score_metric")),
+             ("policy", _policy(old), _policy(new)),
+             ("load factor (oracle's gain on the mean latency)", _load(old), _load(new)),
              ("Score [95% CI]", _score(before), _score(after)),
              ("short / long threshold (tokens)", _thresholds(old), _thresholds(new)),
              ("classes short / long / capped", _shares(old), _shares(new))]
@@ -191,6 +195,21 @@ def comparison_lines(source: str, name: str, old: dict[str, Any],
               for label, key in CHANGES_SHOWN]
     pairs.append(("Score by aging weight", _by_alpha(old), _by_alpha(new)))
     return [f"| {source} | {label} | {a or '—'} | {b or '—'} |" for label, a, b in pairs]
+
+
+def _policy(sched: dict[str, Any]) -> str:
+    return f"{sched.get('policy')}, guard {sched.get('starvation')}"
+
+
+def _load(sched: dict[str, Any]) -> str:
+    """The headline's load and the oracle's gain there in seconds and as a share."""
+    heads = {h.get("row"): h for h in sched.get("headline") or []}
+    base, best = (heads.get(row, {}).get("e2e_mean_all") for row in ("baseline", "oracle"))
+    load = sched.get("load_factor")
+    text = "" if load is None else f"{load:.2f}"
+    if base and best is not None:
+        text += f" ({base - best:.3f} s of {base:.2f} s, {100 * (base - best) / base:.1f}%)"
+    return text
 
 
 def _score(entry: dict[str, Any]) -> str:
@@ -251,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                       "figures, old beside new) to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    alphas = preset_config("sim", "default").score_alphas
+    preset = preset_config("sim", "default")
+    alphas, protocol = preset.score_alphas, protocol_settings(preset.simulation())
     worlds: dict[str, np.ndarray | ValueError] = {}  # prompt lengths, or why there are none
     failed = 0
     lines = ["| file | figure | old | new |", "|---|---|---|---|"]
@@ -279,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if isinstance(found, ValueError):
                     raise found
                 lengths = found
-            new = rescore_result(result, lengths, alphas)
+            new = rescore_result(result, lengths, alphas, protocol)
         except (KeyError, ValueError) as exc:
             failed += 1
             log.warning("%s: not rescored: %s", path, exc)

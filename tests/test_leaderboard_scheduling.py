@@ -27,8 +27,9 @@ SIM = {"enabled": True, "n_prefill": 1, "n_decode": 2, "max_num_seqs": 8, "n_req
        "score_alphas": [0, 1]}
 CHANGES = ("e2e_mean_all", "e2e_mean_short", "e2e_p99_short", "e2e_mean_long", "e2e_p99_long",
            "e2e_mean_capped")
-COLUMNS = ["Predictor", "Score [95% CI]", "Score Δ vs mlp_probe", "All mean", "Short mean",
-           "Short P99", "Long mean", "Long P99", "Capped mean", "C-index", "Runs"]
+COLUMNS = ["Predictor", "Score [95% CI]", "Score Δ vs mlp_probe", "Gain (s)", "All mean",
+           "Short mean", "Short P99", "Long mean", "Long P99", "Capped mean", "Capped P99",
+           "C-index", "Runs"]
 
 
 def _legacy(sched: dict) -> dict:
@@ -94,13 +95,14 @@ def test_reference_rows_exact_by_construction(board) -> None:
                          "bin_classifier"}
     assert rows["*oracle* (ref)"][1] == "100% [100, 100]"
     assert rows["*constant* (ref)"][1] == "0% [0, 0]"
-    assert rows["*constant* (ref)"][3:8] == ["+0%"] * 5
-    assert rows["*constant* (ref)"][8] == "—"  # no request is cut at a cap here
+    assert rows["*constant* (ref)"][4:9] == ["+0%"] * 5
+    assert rows["*constant* (ref)"][9:11] == ["—", "—"]  # no request is cut at a cap here
+    assert rows["*constant* (ref)"][3] == "+0.00"  # no gain, in seconds
     # a constant predictor of another value is the baseline run too: exactly 0%, no change
-    assert rows["bin_classifier"][1] == "0% [0, 0]" and rows["bin_classifier"][3:8] == ["+0%"] * 5
-    assert rows["bin_classifier"][10] == "1"  # only its scored run counts; the legacy one does not
+    assert rows["bin_classifier"][1] == "0% [0, 0]" and rows["bin_classifier"][4:9] == ["+0%"] * 5
+    assert rows["bin_classifier"][12] == "1"  # only its scored run counts; the legacy one does not
     # the baseline row gives seconds; the others changes against it
-    assert all(re.fullmatch(r"[\d,]+\.\d\d s", cell) for cell in rows["*baseline* (ref)"][3:8])
+    assert all(re.fullmatch(r"[\d,]+\.\d\d s", cell) for cell in rows["*baseline* (ref)"][4:9])
     assert rows["*baseline* (ref)"][1] == "—"
     assert rows["mlp_probe"][2] == "(reference)" and rows["*oracle* (ref)"][2] == "—"
 
@@ -118,13 +120,15 @@ def test_predictor_score_interval_and_changes(board) -> None:
     assert match, cells[1]
     value, low, high = map(int, match.groups())
     assert value == round(100 * score) and low <= value <= high <= 100 and low < high
-    for i, key in enumerate(CHANGES[:-1], start=3):  # all mean, short mean/P99, long mean/P99
+    gain = (_per_seed(scheds, "baseline", "e2e_mean_all") - pred).mean()
+    assert cells[3] == f"{gain:+.2f}"  # the mean gain in seconds, pooled the same way
+    for i, key in enumerate(CHANGES[:-1], start=4):  # all mean, short mean/P99, long mean/P99
         change = _per_seed(scheds, "mlp_probe", key).mean() / _per_seed(
             scheds, "baseline", key).mean() - 1
         assert cells[i] == f"{100 * change:+.0f}%", key
-    assert cells[10] == "2"
+    assert cells[12] == "2"
     # a noisy oracle serves short requests better than the FCFS baseline
-    assert cells[4].startswith("-")
+    assert cells[5].startswith("-")
 
 
 def test_caption_says_what_the_score_is(board) -> None:
@@ -174,7 +178,7 @@ def test_other_sim_config_is_not_pooled(tmp_path: Path) -> None:
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
     md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
     _, rows = _sched_rows(md)
-    assert rows["mlp_probe"][10] == "1"
+    assert rows["mlp_probe"][12] == "1"
     assert "1 predictor result(s) simulated with another sim configuration" in _section(md)
 
 
@@ -241,7 +245,7 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
     for name in ("mlp_probe", "bin_classifier"):
         static = cmp[(name, "Static SJF")]
         assert static[0] == main_rows[name][1]  # the main score, pooled the same way
-        assert static[1:3] == main_rows[name][6:8]  # and its long mean / P99 changes
+        assert static[1:3] == main_rows[name][7:9]  # and its long mean / P99 changes
         assert static[3] == "—" and static[4] == "2"
         assert re.fullmatch(r"\d+\.\d\d", cmp[(name, "Static preemptive")][3])
     for policy in ("Static SJF", "Static preemptive", "Dynamic preemptive", "Distributional"):
@@ -269,7 +273,7 @@ def test_token_keyed_records_are_not_pooled(tmp_path: Path) -> None:
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
     md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
     _, rows = _sched_rows(md)
-    assert rows["mlp_probe"][10] == "1"
+    assert rows["mlp_probe"][12] == "1"
     assert ("1 predictor result(s) were simulated before this score existed (their queues were "
             "keyed by predicted tokens") in _section(md)
 

@@ -65,7 +65,7 @@ def test_result_structure_and_json() -> None:
             assert score["ci95_low"] <= score["value"] <= score["ci95_high"]
     for metric in CHANGE_METRICS:  # short and long classes, always reported
         change = mine["change"][metric]
-        if metric == "e2e_mean_capped":  # no row is cut at a cap here: an empty class
+        if metric in ("e2e_mean_capped", "e2e_p99_capped"):  # no row is cut at a cap: empty
             assert change["value"] is None and res["class_shares"]["capped"] == 0.0
             continue
         base = res["rows"]["baseline"]["figures"][metric]["mean"]
@@ -114,7 +114,7 @@ def test_constant_scores_zero_and_oracle_one_by_construction(dispatch: str) -> N
             assert (score["value"], score["ci95_low"], score["ci95_high"]) == (want, want, want)
     for metric in CHANGE_METRICS:  # no capped class here: that change is undefined
         assert rows["flat"]["change"][metric]["value"] == (
-            None if metric == "e2e_mean_capped" else 0.0)
+            None if metric in ("e2e_mean_capped", "e2e_p99_capped") else 0.0)
 
 
 def test_dispatch_uses_predictions_keeps_reference_rows_exact() -> None:

@@ -25,15 +25,17 @@ from lenbench.leaderboard.scheduling_scores import (
     paired_delta,
     score_definition,
 )
+from lenbench.leaderboard.scheduling_sweep import sweep_lines
 from lenbench.results import PROTOCOL_CHANGES, Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference
 
 _SCHED_CHANGES = (("e2e_mean_all", "All mean"), ("e2e_mean_short", "Short mean"),
                   ("e2e_p99_short", "Short P99"), ("e2e_mean_long", "Long mean"),
-                  ("e2e_p99_long", "Long P99"), ("e2e_mean_capped", "Capped mean"))
-_SCHED_HEADER = ["Predictor", "Score [95% CI]", *(label for _, label in _SCHED_CHANGES),
-                 "C-index", "Runs"]
+                  ("e2e_p99_long", "Long P99"), ("e2e_mean_capped", "Capped mean"),
+                  ("e2e_p99_capped", "Capped P99"))
+_SCHED_HEADER = ["Predictor", "Score [95% CI]", "Gain (s)",
+                 *(label for _, label in _SCHED_CHANGES), "C-index", "Runs"]
 # the C-index (the main table's rank score) of the rows that rank by definition
 _REF_C_INDEX = {"oracle": 1.0, "constant": 0.5}
 # One predictor seed's scheduling record as the table reads it: the row's headline entry,
@@ -73,7 +75,7 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
     from lenbench.sim.score import score_interval
 
     keys = [metric, *(key for key, _ in _SCHED_CHANGES)]
-    out: dict[str, dict[str, Any] | None] = dict.fromkeys(["score", *keys])
+    out: dict[str, dict[str, Any] | None] = dict.fromkeys(["score", "gain_s", *keys])
     if any(list(seeds) != list(runs[0][2]) for _, _, seeds in runs):
         return out
 
@@ -88,6 +90,7 @@ def _sched_pooled(runs: list[_SchedRun], metric: str) -> dict[str, dict[str, Any
     if base is not None and row is not None and best is not None and base.shape[1]:
         out["score"] = score_interval(base - row, base - best, base.mean(axis=0),
                                       capped=True)
+        out["gain_s"] = {"value": float(np.nanmean(base - row))}
     for key, _ in _SCHED_CHANGES:
         base, row = matrix("baseline", key), matrix(None, key)
         if base is not None and row is not None and base.shape[1]:
@@ -120,14 +123,16 @@ def _sched_stats(runs: list[_SchedRun], metric: str | None) -> dict[str, dict[st
     """`_sched_pooled` over the runs that carry per-seed figures (all None if there are none)."""
     scored = [run for run in runs if _sched_run_scored(run)]
     if not scored or not metric:
-        return dict.fromkeys(["score", *(key for key, _ in _SCHED_CHANGES)])
+        return dict.fromkeys(["score", "gain_s", *(key for key, _ in _SCHED_CHANGES)])
     return _sched_pooled(scored, metric)
 
 
-def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[str]:
+def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None,
+                 withheld: bool = False) -> list[str]:
     """One table row. The baseline shows absolute seconds; every other row its score with
-    the interval and its changes against the baseline, pooled over its runs (predictor
-    seeds) that carry the same-dispatcher score, and their number (all runs if none does)."""
+    the interval, its mean gain in seconds and its changes against the baseline, pooled over
+    its runs (predictor seeds) that carry the same-dispatcher score, and their number (all runs
+    if none does). A `withheld` score (no load where queueing matters) shows a dash."""
     entry = runs[0][0]
     taus = [e["c_index"] for e, _, _ in runs
             if is_number(e.get("c_index")) and math.isfinite(e["c_index"])]
@@ -135,7 +140,7 @@ def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[s
     if entry.get("row") == "baseline":
         secs = [DASH if not is_number(entry.get(key)) else f"{entry[key]:,.2f} s"
                 for key, _ in _SCHED_CHANGES]
-        return [name, DASH, *secs, DASH, str(len(runs))]
+        return [name, DASH, DASH, *secs, DASH, str(len(runs))]
     stats = _sched_stats(runs, metric)
     changes = []
     for key, _ in _SCHED_CHANGES:
@@ -143,7 +148,9 @@ def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None) -> list[s
         value = None if change is None else change.get("value")
         changes.append(DASH if value is None else f"{100 * value:+.0f}%")
     n_scored = sum(_sched_run_scored(run) for run in runs)
-    return [name, _sched_score_text(stats.get("score")), *changes, tau,
+    gain = (stats.get("gain_s") or {}).get("value")
+    score = DASH if withheld else _sched_score_text(stats.get("score"))
+    return [name, score, DASH if not is_number(gain) else f"{gain:+.2f}", *changes, tau,
             str(n_scored or len(runs))]
 
 
@@ -154,12 +161,25 @@ def _sched_intro(first: dict[str, Any]) -> str:
     arrivals = ("Poisson arrivals" if cv == 1 else
                 f"gamma arrivals (cv {cv:g})" if is_number(cv) else "arrivals as configured")
     load = first.get("load_factor")
+    sweep = first.get("sweep") or {}
+    why = (f", the lowest load of the sweep below at which the oracle cuts the mean latency of "
+           f"all requests by at least {100 * cfg['headline_min_gain']:g}%"
+           if sweep.get("headline_load") is not None and is_number(cfg.get("headline_min_gain"))
+           else "")
+    heads = _sched_refs(first)
+    base, best = (heads.get(row, {}).get("e2e_mean_all") for row in ("baseline", "oracle"))
+    gain = (f" There the oracle (shortest first by the true lengths) cuts the mean latency of all "
+            f"requests from {base:.2f} s to {best:.2f} s: **{base - best:.2f} s "
+            f"({100 * (base - best) / base:.0f}%)** is what a perfect predictor is worth, and each "
+            f"score below is a share of it." if is_number(base) and is_number(best) and base > 0
+            and not first.get("score_withheld") else "")
     return (f"Simulated disaggregated serving (lenbench.sim): {first.get('n_requests')} "
             f"requests drawn from the test rows per simulator seed, simulator seeds "
             f"{list(first.get('seeds') or [])}, {arrivals} at load factor "
             f"{number(load, 2) if is_number(load) else DASH} of the estimated saturation rate "
-            f"({number(first.get('qps'), 1)} req/s), {cfg.get('n_prefill')} prefill + "
-            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each.")
+            f"({number(first.get('qps'), 1)} req/s){why}; {cfg.get('n_prefill')} prefill + "
+            f"{cfg.get('n_decode')} decode instances, {cfg.get('max_num_seqs')} slots each."
+            + gain)
 
 
 def _sched_caption(first: dict[str, Any]) -> str:
@@ -179,7 +199,9 @@ def _sched_caption(first: dict[str, Any]) -> str:
         f"the same, and no inflation of the true lengths beats the oracle. Score Δ: this "
         f"predictor's score minus the reference predictor's, in points, paired seed by seed "
         f"on the same draws (the same interval, on the paired differences); **bold** where "
-        f"the interval excludes 0. {classes_text(first)} All/Short/Long/Capped columns: "
+        f"the interval excludes 0. Gain (s): how many seconds the row cuts from the baseline's "
+        f"mean latency of all requests (the score's numerator, in seconds). "
+        f"{classes_text(first)} All/Short/Long/Capped columns: "
         f"change of the mean (and P99) end-to-end latency of all requests and of each class "
         f"against the "
         f"baseline, ratio of seed means (the baseline row gives seconds). C-index: the "
@@ -269,8 +291,9 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
             entry = {**entry, "c_index": (r.metrics.static or {}).get("c_index")}
             by_name[r.predictor.name].append((entry, _sched_refs(sched),
                                                     list(sched.get("seeds") or [])))
+    withheld = first.get("score_withheld")
     body = [_sched_cells(f"*{name}* (ref)", [({**refs[name], "c_index": _REF_C_INDEX.get(name)},
-                                               refs, seeds)], metric)
+                                               refs, seeds)], metric, bool(withheld))
             for name in _SCHED_REFS if name in refs]
 
     def order(name: str) -> tuple[float, str]:
@@ -282,11 +305,11 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     stale = [r for r in with_sched if r.outdated("scheduling")]
     marked = {r.predictor.name for r in stale}
     body += [_sched_cells(cell_text(name) + (" ‡" if name in marked else ""), by_name[name],
-                          metric) for name in names]
+                          metric, bool(withheld)) for name in names]
     paired = {name: paired_runs([r for r in with_sched if r.predictor.name == name])
               for name in by_name}
     header = list(_SCHED_HEADER)
-    ref_name = choose_reference(names, reference) if metric else None
+    ref_name = choose_reference(names, reference) if metric and not withheld else None
     if ref_name is not None:
         header.insert(2, f"Score Δ vs {ref_name}")
         deltas = [DASH] * (len(body) - len(names)) + [
@@ -295,9 +318,12 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
             for name in names]
         for cells, delta in zip(body, deltas):
             cells.insert(2, delta)
-    ranked = [name for name in names if order(name)[0] != math.inf]
+    ranked = [] if withheld else [name for name in names if order(name)[0] != math.inf]
     lines = [Heading(3, "Scheduling"), *_protocol_note(stale, len(with_sched)),
              Text(_sched_intro(first)),
+             *([Text(f"**No scheduling score for this world:** {withheld}. The table gives the "
+                     "latencies at the sweep's highest load; the curves below show why.")]
+               if withheld else []),
              Table(header, body, caption="scheduling"),
              Caption("scheduling", _sched_caption(first)),
              *leader_note(ranked, paired, str(metric))]
@@ -315,7 +341,10 @@ def scheduling_section(results: list[Result], out_dir: Path, stem: str,
     records: dict[str, list[Result]] = defaultdict(list)
     for r in scored:
         records[r.predictor.name].append(r)
-    lines += alpha_lines(records, [name for name in names if name in records], main, cell_text)
+    if not withheld:
+        lines += alpha_lines(records, [name for name in names if name in records], main,
+                             cell_text)
+    lines += sweep_lines(scored, main, out_dir, stem, written, title)
     lines += comparison_lines(scored, main)
     plot = out_dir / f"{stem}-sched-quality.png"
     try:

@@ -218,6 +218,6 @@ def alpha_lines(records: dict[str, list[Result]], order: Sequence[str], main: Re
         f"two predictors can change with α. The oracle's line is its change of the figure "
         f"against the baseline at each weight: the gain each score is a share of. The headline "
         f"score is α = {number(headline, 3) if is_number(headline) else DASH}.")
-    return [Heading(4, "Scheduling score by aging weight"),
+    return [Heading(4, "The starvation guard: score by aging weight"),
             Table(header, body, [LEFT] + [RIGHT] * len(alphas), caption="scheduling_alpha"),
             Caption("scheduling_alpha", caption)]

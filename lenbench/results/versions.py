@@ -21,7 +21,12 @@ SCHEMA_VERSION = 1  # the file layout; bump only when a reader can no longer loa
 # their thresholds from the lengths that ended before the cap, with the capped requests a class of
 # their own; the score at several aging weights. `python -m lenbench.rescore_scheduling`
 # recomputes the scheduling block of an older file from its stored predictions.
-PROTOCOL_VERSION = 4
+# Version 5: the scheduling score where queues form: the headline is plain SJF (no guard; the
+# aging guard is reported at its own weights) at the lowest load of a sweep (0.5-1.2 of the
+# estimated saturation rate) at which the oracle cuts the mean latency of all requests by 20% or
+# more, with no score where no load does; the sweep's value-of-prediction curves (FCFS, oracle,
+# noisy oracles by C-index, prompt-length SJF, the predictor) and the capped class's P99.
+PROTOCOL_VERSION = 5
 PROTOCOL_CHANGES = {2: "the scale-free scheduling score, censored rows in every distribution "
                        "score and in the noise floor, and the full-split audit",
                     3: "Harrell's C over every row as the rank score, within ±25% counted on "
@@ -29,13 +34,17 @@ PROTOCOL_CHANGES = {2: "the scale-free scheduling score, censored rows in every 
                        "AUCs",
                     4: "the scheduling score on the mean latency of all requests, capped at the "
                        "oracle's (which scores exactly 100%), with classes read from the lengths "
-                       "that ended before the cap"}
+                       "that ended before the cap",
+                    5: "the scheduling score with plain SJF at the lowest load where the oracle "
+                       "cuts the mean latency by 20% (none where no load does), beside the "
+                       "load sweep"}
 # The parts of a result whose rules each protocol changed ("metrics" covers "metrics.static",
 # "metrics.variants", ...): a part's figures computed under an earlier protocol are still current
 # when no later protocol changed that part, so a result is compared part by part.
 PROTOCOL_PARTS = {2: ("metrics", "scheduling", "causality", "transfer"),
                   3: ("metrics", "transfer"),
-                  4: ("scheduling",)}
+                  4: ("scheduling",),
+                  5: ("scheduling",)}
 
 
 def changed_since(part: str, protocol: int) -> list[int]:

@@ -21,15 +21,14 @@ from numpy.typing import ArrayLike
 
 from lenbench.sim.config import SimConfig
 from lenbench.sim.keys import rank_keys
-from lenbench.sim.metrics import run_figures
+from lenbench.sim.memo import serve_draw
 from lenbench.sim.predictors import constant
-from lenbench.sim.run import simulate
 from lenbench.sim.score import score_interval
 from lenbench.sim.timing import TimeModel, get_time_model
-from lenbench.sim.workload import Workload, draw_rows
 
 # Figures kept per simulator seed at each alpha, beside the score metric: what the guard buys.
-ALPHA_FIGURES = ("e2e_mean_all", "e2e_mean_short", "e2e_p99_long", "e2e_mean_capped")
+ALPHA_FIGURES = ("e2e_mean_all", "e2e_mean_short", "e2e_p99_long", "e2e_mean_capped",
+                 "e2e_p99_capped")
 
 
 def guard_text(alpha: float) -> str:
@@ -91,15 +90,11 @@ def score_by_alpha(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLi
         else:
             figs: dict[str, list[dict[str, float | None]]] = {row: [] for row in key_of}
             for seed in seeds:
-                idx, arrivals = draw_rows(len(true), run_cfg.n_requests, qps, seed,
-                                          run_cfg.arrival_cv)
                 for row, key in key_of.items():
-                    wl = Workload(arrivals, prompt[idx], true[idx], key[idx], cut[idx])
-                    res = simulate(wl, run_cfg, time_model=model, dispatch=run_cfg.dispatch,
-                                   queue=run_cfg.queue, seed=seed,
-                                   dispatch_len=(tokens[row] if balance is None
-                                                 else balance)[idx])
-                    figs[row].append(run_figures(res, short_thr, long_thr))
+                    figures, _, _ = serve_draw(
+                        true, prompt, cut, key, tokens[row] if balance is None else balance,
+                        run_cfg, model, run_cfg.queue, qps, seed, (short_thr, long_thr))
+                    figs[row].append(figures)
             for row, per in figs.items():
                 rows[row] = {"per_seed": {k: [f[k] for f in per] for k in keys}}
 

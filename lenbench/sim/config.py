@@ -64,6 +64,15 @@ class SimConfig:
     are the aging weights (quantiles per second; 0 = no guard) at which the score is also
     reported (alpha_sweep.py).
 
+    Load sweep (sweep.py, when `sweep_loads` is set): the value-of-prediction curves serve the
+    same traffic at each load factor in `sweep_loads` (of the estimated saturation rate) under
+    FCFS, SJF on the true lengths (the oracle), SJF on noisy oracles whose Harrell's C on the
+    rows is each of `sweep_noisy_c`, SJF on prompt length and SJF on the predictor, with the
+    policy's guard, over the first `sweep_seeds` simulator seeds (all when None). With
+    `headline_min_gain`, the headline's load is not `load_factor` but the lowest sweep load at
+    which the oracle cuts the score metric by at least that share of the FCFS figure; when no
+    sweep load does, no score is given.
+
     Preemption (queue "srpt", preemption.py; the comparison rows, not the score): every
     `repredict_every` iterations an instance re-ranks its running and waiting requests by predicted
     remaining tokens (minus the aging credit) and evicts a running request when a waiting one's key
@@ -124,6 +133,11 @@ class SimConfig:
     long_threshold: float | str = 1536
     score_metric: str = "e2e_mean_all"
     score_alphas: tuple[float, ...] = ()
+    # value-of-prediction curves and the headline's load (sweep.py)
+    sweep_loads: tuple[float, ...] = ()
+    sweep_seeds: int | None = None
+    sweep_noisy_c: tuple[float, ...] = ()
+    headline_min_gain: float | None = None
 
     def __post_init__(self) -> None:
         _check_choice("dispatch", self.dispatch, DISPATCH_POLICIES)
@@ -160,6 +174,7 @@ class SimConfig:
         for alpha in self.score_alphas:
             if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
                 raise ValueError(f"score_alphas must hold finite numbers >= 0, got {alpha!r}")
+        self._check_sweep()
         for name in ("short_threshold", "long_threshold"):
             value = getattr(self, name)
             if isinstance(value, str) and not _parse_quantile(value):
@@ -167,6 +182,27 @@ class SimConfig:
         if (not isinstance(self.short_threshold, str) and not isinstance(self.long_threshold, str)
                 and self.short_threshold > self.long_threshold):
             raise ValueError("short_threshold must not exceed long_threshold")
+
+    def _check_sweep(self) -> None:
+        for load in self.sweep_loads:
+            if not (isinstance(load, int | float) and math.isfinite(load) and load > 0):
+                raise ValueError(f"sweep_loads must hold finite numbers > 0, got {load!r}")
+        if list(self.sweep_loads) != sorted(set(self.sweep_loads)):
+            raise ValueError(f"sweep_loads must increase, got {list(self.sweep_loads)}")
+        for c in self.sweep_noisy_c:
+            if not (isinstance(c, int | float) and 0.5 < c < 1):
+                raise ValueError(f"sweep_noisy_c must hold C-indices in (0.5, 1), got {c!r}")
+        if self.sweep_seeds is not None and not (
+                isinstance(self.sweep_seeds, int) and 1 <= self.sweep_seeds <= len(self.seeds)):
+            raise ValueError(f"sweep_seeds must be an integer from 1 to len(seeds) = "
+                             f"{len(self.seeds)}, got {self.sweep_seeds!r}")
+        gain = self.headline_min_gain
+        if gain is not None:
+            if not (isinstance(gain, int | float) and 0 < gain < 1):
+                raise ValueError(f"headline_min_gain must be a share in (0, 1), got {gain!r}")
+            if not self.sweep_loads:
+                raise ValueError("headline_min_gain picks the headline load among sweep_loads; "
+                                 "set sweep_loads too")
 
     def _check_preemption(self) -> None:
         if not isinstance(self.repredict_every, int) or self.repredict_every < 1:
@@ -246,7 +282,8 @@ class SimConfig:
             if key not in names:
                 unknown.append(key)
                 continue
-            if key in ("seeds", "linear_abc", "score_alphas") and value is not None:
+            if key in ("seeds", "linear_abc", "score_alphas", "sweep_loads",
+                       "sweep_noisy_c") and value is not None:
                 value = tuple(value)
             kwargs[key] = value
         if unknown:

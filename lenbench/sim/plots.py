@@ -170,3 +170,64 @@ def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+# The panels of the value-of-prediction plot: (figure, title).
+LOAD_PANELS = (("e2e_mean_all", "mean latency, all requests (s)"),
+               ("e2e_p99_all", "P99 latency, all requests (s)"),
+               ("ttft_mean_all", "mean time to first token (s)"),
+               ("e2e_mean_short", "mean latency, short requests (s)"),
+               ("e2e_mean_long", "mean latency, long requests (s)"),
+               ("e2e_p99_capped", "P99 latency, capped requests (s)"))
+
+
+def plot_load_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, *,
+                     references: Sequence[str], headline_load: float | None = None,
+                     title: str = "") -> Path:
+    """Latency against offered load, one panel per figure of LOAD_PANELS, one line per curve
+    (a row's points: {"load_factor", "figures"}): the `references` grey or dashed, the
+    predictors in colour; a vertical line at the headline's load and at saturation (1)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
+    greys = {"fcfs": ("black", "-"), "oracle": ("black", "--"),
+             "short prompt first": ("0.45", ":")}
+    noisy = [name for name in references if name not in greys]
+    colours = plt.get_cmap("tab10")
+    predictors = [name for name in curves if name not in references]
+    for ax, (key, label) in zip(axes.flat, LOAD_PANELS):
+        drawn = 0
+        for name, points in curves.items():
+            xs = [p["load_factor"] for p in points if p["figures"].get(key) is not None]
+            ys = [p["figures"][key] for p in points if p["figures"].get(key) is not None]
+            if not xs:
+                continue
+            drawn += 1
+            if name in greys:
+                colour, style = greys[name]
+                ax.plot(xs, ys, color=colour, linestyle=style, linewidth=1.2, label=name)
+            elif name in references:  # noisy oracles: darker the better they rank
+                shade = 0.75 - 0.45 * noisy.index(name) / max(len(noisy) - 1, 1)
+                ax.plot(xs, ys, color=str(round(shade, 2)), linestyle="-.", linewidth=1.1,
+                        label=name)
+            else:
+                ax.plot(xs, ys, color=colours(predictors.index(name) % 10), marker="o",
+                        markersize=3, linewidth=1.5, label=name)
+        if not drawn:
+            ax.text(0.5, 0.5, "no request in this class", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+        ax.axvline(1.0, color="0.8", linewidth=0.8)
+        if headline_load is not None:
+            ax.axvline(headline_load, color="tab:red", linewidth=0.8, linestyle="--")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("offered load (x estimated saturation rate)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8,
+               frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 7), 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())

@@ -21,8 +21,10 @@ from lenbench.sim.alpha_sweep import score_by_alpha
 from lenbench.sim.comparison import compare_policies
 from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.evaluate import REFERENCE_ROWS, simulate_predictions
+from lenbench.sim.sweep import load_curves
 
-__all__ = ["predictor_row", "rescorable_config", "rescore_scheduling", "scheduling_record"]
+__all__ = ["PROTOCOL_SETTINGS", "predictor_row", "protocol_settings", "rescorable_config",
+           "rescore_scheduling", "scheduling_record"]
 
 
 def predictor_row(name: str) -> str:
@@ -40,7 +42,15 @@ def scheduling_record(true: ArrayLike, pred: ArrayLike, prompt_len: ArrayLike, n
     rem) dynamic estimates, `quantiles` at QUANTILE_LEVELS), all on the same draws."""
     row = predictor_row(name)
     pred = np.maximum(np.asarray(pred, dtype=np.float64), 1.0)
+    sweep = None
+    if cfg.sweep_loads:
+        sweep = load_curves(true, pred, prompt_len, cfg, name=row, censored=censored)
+        if cfg.headline_min_gain is not None:  # the headline at the load the rule picks
+            load = sweep["headline_load"] or cfg.sweep_loads[-1]
+            cfg = cfg.replace(load_factor=float(load), qps=None)
     out = simulate_predictions(true, pred, prompt_len, cfg, name=row, censored=censored)
+    if sweep is not None:
+        out["sweep"] = sweep
     if cfg.score_alphas:
         out["by_alpha"] = score_by_alpha(true, pred, prompt_len, cfg, name=row, reference=out,
                                          censored=censored)
@@ -48,7 +58,36 @@ def scheduling_record(true: ArrayLike, pred: ArrayLike, prompt_len: ArrayLike, n
         out["comparison"] = compare_policies(true, pred, prompt_len, cfg, name=row,
                                              reference=out, remaining=remaining,
                                              quantiles=quantiles)
+    if sweep is not None and cfg.headline_min_gain is not None and sweep["headline_load"] is None:
+        withhold_scores(out, no_queueing_reason(sweep, cfg.headline_min_gain))
     return out
+
+
+def no_queueing_reason(sweep: Mapping[str, Any], min_gain: float) -> str:
+    """Why a record carries no score: no load of its sweep gives the oracle a real gain."""
+    gains = [g for g in sweep["oracle_gain"] if g is not None]
+    best = f"; at most {100 * max(gains):.1f}%" if gains else ""
+    loads = sweep["loads"]
+    return (f"no load from {loads[0]:g} to {loads[-1]:g} times the saturation rate gives the "
+            f"oracle a gain of {100 * min_gain:g}% of FCFS's mean latency{best}: prediction "
+            "hardly changes latency in this setting")
+
+
+def withhold_scores(record: dict[str, Any], reason: str) -> None:
+    """Blank every score of a scheduling record (headline, rows, aging weights), giving
+    `reason`: a share of a gain that does not matter is not published."""
+    blank = {"value": None, "ci95_low": None, "ci95_high": None, "reason": reason}
+    for entry in record.get("rows", {}).values():
+        for score in (entry.get("score") or {}).values():
+            score.update(blank)
+    for head in record.get("headline", []):
+        if "score" in head:
+            head.update(score=None, score_ci95=None, score_reason=reason)
+    for entry in (record.get("by_alpha") or {}).get("entries", []):
+        for row in entry["rows"].values():
+            if "score" in row:
+                row["score"].update(blank)
+    record["score_withheld"] = reason
 
 
 def rescorable_config(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,13 +102,27 @@ def rescorable_config(record: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+# The settings the scheduling protocol fixes: the headline's policy and guard, its latency
+# figure, the load rule and the sweep. A rescored record takes them from today's preset; its
+# cluster, simulator seeds, draws and classes stay its own.
+PROTOCOL_SETTINGS = ("starvation", "aging_alpha", "t_starve_s", "score_metric", "score_alphas",
+                     "sweep_loads", "sweep_seeds", "sweep_noisy_c", "headline_min_gain")
+
+
+def protocol_settings(cfg: SimConfig) -> dict[str, Any]:
+    """`cfg`'s PROTOCOL_SETTINGS, as a rescore applies them."""
+    return {key: value for key, value in cfg.to_dict().items() if key in PROTOCOL_SETTINGS}
+
+
 def rescore_scheduling(record: Mapping[str, Any], name: str, true: ArrayLike, pred: ArrayLike,
                        prompt_len: ArrayLike, censored: ArrayLike | None, *,
                        score_alphas: Sequence[float] | None = None,
-                       score_metric: str = SCORE_METRICS[0]) -> dict[str, Any]:
+                       score_metric: str = SCORE_METRICS[0],
+                       protocol: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`record` (a result's scheduling block) recomputed under today's score from the stored
     test predictions: the same sim config and simulator seeds, so the same draws, with
-    `score_metric` (default: the protocol's) and, when the record has none, `score_alphas`.
+    `score_metric` (default: the protocol's) and, when the record has none, `score_alphas`;
+    `protocol` (`protocol_settings` of today's preset) replaces those settings of the record.
 
     A record with a comparison (sim.compare) is refused: its dynamic estimates are not stored.
     """
@@ -77,5 +130,6 @@ def rescore_scheduling(record: Mapping[str, Any], name: str, true: ArrayLike, pr
     config["score_metric"] = score_metric
     if not config.get("score_alphas") and score_alphas is not None:
         config["score_alphas"] = [float(a) for a in score_alphas]
+    config.update(protocol or {})
     cfg = SimConfig.from_dict(config)
     return scheduling_record(true, pred, prompt_len, name, cfg, censored=censored)
