@@ -52,7 +52,7 @@ def test_result_structure_and_json() -> None:
     # Same dispatcher for every row: the baseline differs from the policy in queue order only.
     assert res["baseline_policy"] == res["rows"]["baseline"]["policy"] == "lb+fcfs"
     assert res["rows"]["mine"]["policy"] == "lb+sjf"
-    assert res["starvation"] == "aging (alpha 1 quantile/s)"
+    assert res["starvation"] == "none"  # the preset's headline is plain SJF
     assert "rank quantiles" in res["queue_key"] and "quantiles per second" in res["queue_key"]
     assert res["score_metric"] == "e2e_mean_all" and "delta method" in res["score_interval"]
     oracle_row = res["rows"]["oracle"]
@@ -198,7 +198,8 @@ def test_presets_load() -> None:
         SimConfig.from_dict({"baseline_dispatch": "rr"})
     toy = SimConfig.from_dict(load_preset("sim", "default"))
     assert toy.baseline_policy == "lb+fcfs" and paper.baseline_policy == "lb+fcfs"
-    assert toy.starvation == "aging" and toy.load_factor is not None and toy.load_factor < 0.9
+    assert toy.starvation == "none" and toy.headline_min_gain == 0.2  # plain SJF where queues form
+    assert toy.sweep_loads[0] <= 0.5 and toy.sweep_loads[-1] >= 1.2 and len(toy.sweep_loads) >= 5
     assert not toy.dispatch_uses_predictions and not paper.dispatch_uses_predictions
 
 

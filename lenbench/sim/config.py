@@ -68,7 +68,8 @@ class SimConfig:
     same traffic at each load factor in `sweep_loads` (of the estimated saturation rate) under
     FCFS, SJF on the true lengths (the oracle), SJF on noisy oracles whose Harrell's C on the
     rows is each of `sweep_noisy_c`, SJF on prompt length and SJF on the predictor, with the
-    policy's guard, over the first `sweep_seeds` simulator seeds (all when None). With
+    policy's guard, over the first `sweep_seeds` simulator seeds (all when None or when there
+    are fewer). With
     `headline_min_gain`, the headline's load is not `load_factor` but the lowest sweep load at
     which the oracle cuts the score metric by at least that share of the FCFS figure; when no
     sweep load does, no score is given.
@@ -193,9 +194,10 @@ class SimConfig:
             if not (isinstance(c, int | float) and 0.5 < c < 1):
                 raise ValueError(f"sweep_noisy_c must hold C-indices in (0.5, 1), got {c!r}")
         if self.sweep_seeds is not None and not (
-                isinstance(self.sweep_seeds, int) and 1 <= self.sweep_seeds <= len(self.seeds)):
-            raise ValueError(f"sweep_seeds must be an integer from 1 to len(seeds) = "
-                             f"{len(self.seeds)}, got {self.sweep_seeds!r}")
+                isinstance(self.sweep_seeds, int) and self.sweep_seeds >= 1):
+            raise ValueError(f"sweep_seeds must be an integer >= 1 (the first that many of "
+                             f"seeds, all of them when there are fewer), got "
+                             f"{self.sweep_seeds!r}")
         gain = self.headline_min_gain
         if gain is not None:
             if not (isinstance(gain, int | float) and 0 < gain < 1):

@@ -34,6 +34,7 @@ processed. The schedule is the same either way.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 
 import numpy as np
 from numpy.typing import NDArray
@@ -138,7 +139,7 @@ class PreemptiveEngine(_Engine):
         inst = self.dec[self.inst_of[r]]
         inst.dirty = self.max_pre > 0
         if inst.dirty and inst.n_run >= self.cfg.max_num_seqs and inst.seg is not None:
-            j = int(inst.seg.searchsorted(t, side="left"))
+            j = bisect_left(inst.seg, t)
             k = -(-(inst.k_b + j + 1) // self.every) * self.every
             if k < inst.event_k:
                 self.schedule(inst, float(inst.seg[k - inst.k_b - 1]), k)

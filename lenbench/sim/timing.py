@@ -42,6 +42,9 @@ def _interp_extrapolate(x: float, xs: NDArray[np.float64], ys: NDArray[np.float6
     return float(ys[-1] + slope * (x - xs[-1]))
 
 
+_LIN_CACHE_MAX = 1 << 16
+
+
 @dataclass(frozen=True)
 class TableTimeModel:
     """The default model: t = lin(batch tokens) + gamma * context + overhead.
@@ -65,9 +68,21 @@ class TableTimeModel:
             raise ValueError("batch_tokens must increase")
         object.__setattr__(self, "_xs", np.asarray(self.batch_tokens, dtype=np.float64))
         object.__setattr__(self, "_ys", np.asarray(self.linear_ms, dtype=np.float64))
+        # lin_ms by batch tokens: simulations ask for the same few thousand values many times
+        object.__setattr__(self, "_lin_cache", {})
 
     def lin_ms(self, tokens: float) -> float:
-        return _interp_extrapolate(tokens, self._xs, self._ys)  # type: ignore[attr-defined]
+        cache: dict[float, float] = self._lin_cache  # type: ignore[attr-defined]
+        try:
+            value = cache.get(tokens)
+        except TypeError:  # unhashable (a 0-d array): not cached
+            return _interp_extrapolate(tokens, self._xs, self._ys)  # type: ignore[attr-defined]
+        if value is None:
+            value = _interp_extrapolate(tokens, self._xs, self._ys)  # type: ignore[attr-defined]
+            if len(cache) >= _LIN_CACHE_MAX:
+                cache.clear()
+            cache[tokens] = value
+        return value
 
     def decode_ms(self, batch_size: int, context_tokens: ArrayLike) -> NDArray[np.float64]:
         base = self.lin_ms(batch_size) + self.overhead_ms
