@@ -128,6 +128,8 @@ def extract_features(
     device = next(model.parameters()).device
     prompt_len = labels["prompt_token_ids"].map(len).to_numpy()
     out_len = labels["L"].to_numpy()
+    prompt_ids = labels["prompt_token_ids"].to_numpy()
+    output_ids = labels["output_token_ids"].to_numpy()
     n_rows = len(labels)
     step_offsets = row_step_offsets(out_len, cfg.step_stride)
     tok_offsets = np.concatenate([[0], np.cumsum(prompt_len + out_len)])
@@ -165,8 +167,9 @@ def extract_features(
         for batch in batches:
             rows = np.asarray(batch)
             n_np, L_np = prompt_len[rows], out_len[rows]
-            ids, mask = pad_right([list(labels.at[i, "prompt_token_ids"])
-                                   + list(labels.at[i, "output_token_ids"]) for i in batch])
+            ids, mask = pad_right([np.concatenate((np.asarray(prompt_ids[i], dtype=np.int64),
+                                                   np.asarray(output_ids[i], dtype=np.int64)))
+                                   for i in batch])
             ids, mask = ids.to(device), mask.to(device)
             out = model(input_ids=ids, attention_mask=mask, output_hidden_states=keep,
                         logits_to_keep=no_logits, use_cache=False)

@@ -111,9 +111,12 @@ class _ShardWriter:
                             "finish_reason": res.finish_reason}
                            for (i, s), res in zip(work.keys, made))
         rows = []
+        prompt_rows: dict[int, pd.Series] = {}  # a prompt's row, read once for its samples
         for i, s in work.order:
             res = work.results[(i, s)]
-            row = self.prompts.loc[i]
+            row = prompt_rows.get(i)
+            if row is None:
+                row = prompt_rows[i] = self.prompts.loc[i]
             rows.append({"prompt_id": row["prompt_id"], "sample_idx": s,
                          "split": row["split"], "family": row.get("family", ""),
                          "text": row["text"], "prompt_token_ids": self.rendered[i],
@@ -324,7 +327,8 @@ def generate_labels(
         stats.add(GenStats(**json.loads(p.with_suffix(".json").read_text())))
     labels = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if shards else \
         pd.DataFrame(columns=LABEL_COLUMNS)
-    expected = [(prompts.at[i, "prompt_id"], s) for shard in shards for i in shard
+    prompt_ids = prompts["prompt_id"].tolist()
+    expected = [(prompt_ids[i], s) for shard in shards for i in shard
                 for s in range(samples_of(i))]
     if list(zip(labels["prompt_id"], labels["sample_idx"].astype(int))) != expected:
         raise ValueError(f"{out_dir}: its shard files hold other samples than this run's shards "
