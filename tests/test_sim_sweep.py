@@ -104,6 +104,7 @@ def test_references_are_simulated_once_for_every_predictor(world, monkeypatch) -
         return real(*args, **kwargs)
 
     monkeypatch.setattr(memo, "simulate", counting)
+    monkeypatch.setenv("LENBENCH_SIM_WORKERS", "1")  # counted in this process
     memo.clear()
     first = scheduling_record(true, pred, prompt, "a", CFG, censored=cut)
     n_first = len(calls)
@@ -128,3 +129,19 @@ def test_sweep_needs_loads() -> None:
         CFG.replace(sweep_loads=(1.0, 0.5))
     with pytest.raises(ValueError, match="sweep_noisy_c"):
         CFG.replace(sweep_noisy_c=(1.2,))
+
+
+def test_worker_processes_give_the_same_figures(world, monkeypatch) -> None:
+    true, pred, prompt, cut = world
+    records = []
+    for n in ("1", "2"):
+        monkeypatch.setenv("LENBENCH_SIM_WORKERS", n)
+        memo.clear()
+        records.append(scheduling_record(true, pred, prompt, "mine", CFG, censored=cut))
+    one, two = records
+    assert one["sweep"] == two["sweep"] and one["headline"] == two["headline"]
+    assert one["by_alpha"]["entries"] == two["by_alpha"]["entries"]
+    monkeypatch.setenv("LENBENCH_SIM_WORKERS", "two")
+    memo.clear()
+    with pytest.raises(ValueError, match="LENBENCH_SIM_WORKERS='two'"):
+        scheduling_record(true, pred, prompt, "mine", CFG, censored=cut)

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 from lenbench.sim.config import SimConfig
 from lenbench.sim.keys import rank_keys
-from lenbench.sim.memo import serve_draw
+from lenbench.sim.memo import Draw, serve_all
 from lenbench.sim.predictors import constant
 from lenbench.sim.score import score_interval
 from lenbench.sim.timing import TimeModel, get_time_model
@@ -89,12 +89,13 @@ def score_by_alpha(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLi
                 rows[row] = {"per_seed": {k: list(heads[row]["per_seed"][k]) for k in keys}}
         else:
             figs: dict[str, list[dict[str, float | None]]] = {row: [] for row in key_of}
-            for seed in seeds:
-                for row, key in key_of.items():
-                    figures, _, _ = serve_draw(
-                        true, prompt, cut, key, tokens[row] if balance is None else balance,
-                        run_cfg, model, run_cfg.queue, qps, seed, (short_thr, long_thr))
-                    figs[row].append(figures)
+            draws = [Draw(true, prompt, cut, key, tokens[row] if balance is None else balance,
+                          run_cfg, model, run_cfg.queue, qps, seed, (short_thr, long_thr))
+                     for seed in seeds for row, key in key_of.items()]
+            served = iter(serve_all(draws))
+            for _ in seeds:
+                for row in key_of:
+                    figs[row].append(next(served)[0])
             for row, per in figs.items():
                 rows[row] = {"per_seed": {k: [f[k] for f in per] for k in keys}}
 

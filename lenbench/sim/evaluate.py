@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike
 from lenbench.sim.capacity import resolve_qps
 from lenbench.sim.config import SCORE_METRICS, SimConfig
 from lenbench.sim.keys import rank_keys
-from lenbench.sim.memo import serve_draw
+from lenbench.sim.memo import Draw, serve_all
 from lenbench.sim.metrics import (
     aggregate,
     class_masks,
@@ -175,12 +175,14 @@ def simulate_predictions(
     per_seed: dict[str, list[dict[str, float | None]]] = {row: [] for row in row_names}
     e2e_pool: dict[str, dict[str, list[np.ndarray]]] = {
         row: {"all": [], "short": [], "long": [], "capped": []} for row in row_names}
-    for seed in seeds:
+    draws = [Draw(true, prompt, cut, key_of[row], pred_of[row] if balance is None else balance,
+                  cfg, model, queue_of[row], qps, seed, (short_thr, long_thr))
+             for seed in seeds for row in row_names]
+    served = iter(serve_all(draws))
+    for _ in seeds:
         masks = None
         for row in row_names:
-            figures, e2e, idx = serve_draw(
-                true, prompt, cut, key_of[row], pred_of[row] if balance is None else balance,
-                cfg, model, queue_of[row], qps, seed, (short_thr, long_thr))
+            figures, e2e, idx = next(served)
             if masks is None:
                 masks = class_masks(true[idx], short_thr, long_thr, cut[idx])
             per_seed[row].append(figures)

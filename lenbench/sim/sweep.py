@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from lenbench.sim.capacity import resolve_qps
 from lenbench.sim.config import SimConfig
 from lenbench.sim.keys import rank_keys
-from lenbench.sim.memo import serve_draw
+from lenbench.sim.memo import Draw, serve_all
 from lenbench.sim.predictors import constant, noisy_oracle
 from lenbench.sim.timing import TimeModel, get_time_model
 
@@ -88,21 +88,19 @@ def noisy_oracles(true: ArrayLike, censored: ArrayLike | None, targets: Sequence
     return out
 
 
-def _curve(true, prompt, cut, keys, balance, cfg: SimConfig, model: TimeModel, queue: str,
-           loads: list[tuple[float, float]], seeds: Sequence[int],
-           thresholds: tuple[float, float]) -> list[dict[str, Any]]:
-    """One row served at each (load factor, qps): SWEEP_FIGURES as seed means, and the score
-    metric per seed (for paired differences)."""
+def _curve(served: list[dict[str, float | None]], loads: list[tuple[float, float]],
+           n_seeds: int, metric: str) -> list[dict[str, Any]]:
+    """One row's points from its simulations' figures (load by load, seed by seed):
+    SWEEP_FIGURES as seed means, and the score metric per seed (for paired differences)."""
     points = []
-    for load, qps in loads:
-        per_seed = [serve_draw(true, prompt, cut, keys, balance, cfg, model, queue, qps, seed,
-                               thresholds)[0] for seed in seeds]
+    for i, (load, qps) in enumerate(loads):
+        per_seed = served[i * n_seeds:(i + 1) * n_seeds]
         figures = {}
         for key in SWEEP_FIGURES:
             values = [f[key] for f in per_seed if f[key] is not None]
             figures[key] = float(np.mean(values)) if values else None
         points.append({"load_factor": load, "qps": qps, "figures": figures,
-                       "per_seed": {cfg.score_metric: [f[cfg.score_metric] for f in per_seed]}})
+                       "per_seed": {metric: [f[metric] for f in per_seed]}})
     return points
 
 
@@ -154,14 +152,19 @@ def load_curves(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike 
               **{row: v["pred"] for row, v in noisy.items()},
               "short prompt first": prompt.astype(np.float64)}
 
-    def serve(values: NDArray[np.float64], queue: str) -> list[dict[str, Any]]:
-        balance = values if cfg.dispatch_uses_predictions else flat
-        return _curve(true, prompt, cut, rank_keys(values), balance, cfg, model, queue, loads,
-                      seeds, thresholds)
-
-    references = {row: serve(values, "fcfs" if row == "fcfs" else cfg.queue)
-                  for row, values in tokens.items()}
-    rows = {name: serve(pred, cfg.queue)}
+    if name in tokens:
+        raise ValueError(f"predictor name {name!r} clashes with a reference curve")
+    curves = {**tokens, name: pred}  # every row of the sweep, served in one batch
+    draws = [Draw(true, prompt, cut, rank_keys(values),
+                  values if cfg.dispatch_uses_predictions else flat, cfg, model,
+                  "fcfs" if row == "fcfs" else cfg.queue, qps, seed, thresholds)
+             for row, values in curves.items() for _, qps in loads for seed in seeds]
+    served = [figures for figures, _, _ in serve_all(draws)]
+    per_row = len(loads) * len(seeds)
+    points = {row: _curve(served[i * per_row:(i + 1) * per_row], loads, len(seeds),
+                          cfg.score_metric) for i, row in enumerate(curves)}
+    references = {row: points[row] for row in tokens}
+    rows = {name: points[name]}
     metric = cfg.score_metric
     chosen, gains = headline_load(references, metric, cfg.headline_min_gain or 0.0)
     gain_s = [None if f["figures"].get(metric) is None or o["figures"].get(metric) is None
