@@ -30,6 +30,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -224,6 +225,13 @@ def complete_fingerprint(shipped: pd.DataFrame, wanted_ids: list[tuple[str, int]
     return labels_fingerprint(rows)
 
 
+def folder_version(name: str) -> int:
+    """A world's version, as its folder is named (`name_v2` holds `name@2`; a plain name is
+    version 1)."""
+    match = re.search(r"_v(\d+)$", name)
+    return int(match.group(1)) if match else 1
+
+
 def _shipped_rows(files: dict, out: Path, transfer: bool | None = None) -> pd.DataFrame:
     """The rows of the world's chunks (transfer False), the transfer set's (True), or all."""
     columns = ["prompt_id", "sample_idx", "split", "L", "finish_reason"]
@@ -281,7 +289,7 @@ def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, pres
     gen = run.generation
     complete = present >= len(wanted)
     card = {
-        "name": name, "version": 2, "description": description,
+        "name": name, "version": folder_version(name), "description": description,
         "dataset": _dataset_block(run.dataset, ps_card, prompts, wanted),
         "generation": {k: getattr(gen, k) for k in CARD_GENERATION_KEYS},
         "model_dtype": run.model.dtype,
