@@ -175,7 +175,7 @@ def plot_score_vs_quality(results: Mapping[str, Any] | Sequence[Mapping[str, Any
 # The panels of the value-of-prediction plot: (figure, title).
 LOAD_PANELS = (("e2e_mean_all", "mean latency, all requests (s)"),
                ("e2e_p99_all", "P99 latency, all requests (s)"),
-               ("ttft_mean_all", "mean time to first token (s)"),
+               ("ttft_mean_all", "mean time to first token (s; before the decode queue)"),
                ("e2e_mean_short", "mean latency, short requests (s)"),
                ("e2e_mean_long", "mean latency, long requests (s)"),
                ("e2e_p99_capped", "P99 latency, capped requests (s)"))
@@ -192,8 +192,8 @@ def plot_load_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     greys = {"fcfs": ("black", "-"), "oracle": ("black", "--"),
              "short prompt first": ("0.45", ":")}
     noisy = [name for name in references if name not in greys]
-    colours = plt.get_cmap("tab10")
     predictors = [name for name in curves if name not in references]
+    colours = plt.get_cmap("tab10" if len(predictors) <= 10 else "tab20")
     for ax, (key, label) in zip(axes.flat, LOAD_PANELS):
         drawn = 0
         for name, points in curves.items():
@@ -210,7 +210,7 @@ def plot_load_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
                 ax.plot(xs, ys, color=str(round(shade, 2)), linestyle="-.", linewidth=1.1,
                         label=name)
             else:
-                ax.plot(xs, ys, color=colours(predictors.index(name) % 10), marker="o",
+                ax.plot(xs, ys, color=colours(predictors.index(name) % colours.N), marker="o",
                         markersize=3, linewidth=1.5, label=name)
         if not drawn:
             ax.text(0.5, 0.5, "no request in this class", ha="center", va="center",
