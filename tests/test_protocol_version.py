@@ -39,13 +39,15 @@ def test_every_result_evaluate_writes_carries_the_protocol() -> None:
     failed = failed_result(world, "tq", {"name": "tq"}, CFG, 0, RuntimeError("boom"))
     floor = noise_floor_result(world, CFG)
     for r in (ok, failed, floor):
-        assert r["protocol_version"] == PROTOCOL_VERSION == 4
+        assert r["protocol_version"] == PROTOCOL_VERSION == 5
     assert validate_result(failed)["protocol_version"] == PROTOCOL_VERSION
 
 
 def test_each_part_is_older_only_where_a_later_protocol_changed_its_rules() -> None:
-    assert changed_since("metrics.static", 3) == [] and changed_since("scheduling", 3) == [4]
-    assert changed_since("metrics.variants", 2) == [3] and changed_since("scheduling", 1) == [2, 4]
+    assert changed_since("metrics.static", 3) == [] and changed_since("scheduling", 3) == [4, 5]
+    assert changed_since("metrics.variants", 2) == [3]
+    assert changed_since("scheduling", 1) == [2, 4, 5] and changed_since("scheduling", 4) == [5]
+    assert changed_since("metrics.static", 4) == []  # protocol 5 changed the scheduling alone
     assert changed_since("scheduling", PROTOCOL_VERSION) == []
 
 
