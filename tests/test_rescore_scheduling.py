@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from helpers.leaderboard import GOLDEN, schedule
 
+from lenbench.configs import preset_config
 from lenbench.models.shipped_toy import read_card
 from lenbench.rescore_scheduling import (
     check_loads_without_generating,
@@ -101,7 +102,15 @@ def test_command_rescores_files_in_place(tmp_path: Path) -> None:
     assert done["scheduling"]["score_metric"] == "e2e_mean_all"
     assert done["protocol_version"] == PROTOCOL_VERSION
     assert done["scheduling"]["rescored"]["from_protocol"] == 3
-    assert done["scheduling"]["by_alpha"]["alphas"] == [0.0, 0.1, 0.5, 1.0, 4.0]  # the preset's
+    preset = preset_config("sim", "default")
+    assert done["scheduling"]["by_alpha"]["alphas"] == [float(a) for a in preset.score_alphas]
+    # today's protocol settings replace the record's: plain SJF at the sweep's rule load
+    assert done["scheduling"]["starvation"] == "none"
+    sweep = done["scheduling"]["sweep"]
+    assert sweep["loads"] == [float(x) for x in preset.sweep_loads]
+    assert done["scheduling"]["load_factor"] == pytest.approx(
+        sweep["headline_load"] or preset.sweep_loads[-1])
+    assert done["scheduling"]["config"]["n_requests"] == OLD_SIM["n_requests"]  # its cluster
     assert "rescored" in done["scheduling"] and done["predictions"]["prompt_len"] == \
         prompt.tolist()
     ok, _ = load_results(results)
