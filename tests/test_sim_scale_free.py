@@ -24,9 +24,10 @@ def toy_rows(n: int = 500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def toy_cfg(**kw: object) -> SimConfig:
-    """The toy preset (aging on), on fewer requests and seeds."""
+    """The toy preset with the aging guard on (α = 1), on fewer requests and seeds."""
     cfg = SimConfig.from_dict(load_preset("sim", "default"))
-    return cfg.replace(**{"n_requests": 600, "seeds": (0, 1, 2), **kw})
+    return cfg.replace(**{"n_requests": 600, "seeds": (0, 1, 2), "starvation": "aging",
+                          "aging_alpha": 1.0, **kw})
 
 
 def test_rank_keys_by_hand() -> None:

@@ -39,8 +39,12 @@ def two_class(true: np.ndarray) -> np.ndarray:
 
 
 def toy_cfg(**kw: object) -> SimConfig:
+    """The toy preset's cluster at its protocol-4 setting (load 0.85, the aging guard, no load
+    sweep): the cap is what these tests are about, not the load."""
     cfg = SimConfig.from_dict(load_preset("sim", "default"))
-    return cfg.replace(**{"n_requests": 1200, "seeds": (0, 1, 2, 3), **kw})
+    return cfg.replace(**{"n_requests": 1200, "seeds": (0, 1, 2, 3), "starvation": "aging",
+                          "aging_alpha": 1.0, "sweep_loads": (), "headline_min_gain": None,
+                          **kw})
 
 
 def test_the_cap_bounds_a_score_by_hand() -> None:
