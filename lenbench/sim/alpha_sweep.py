@@ -31,11 +31,6 @@ ALPHA_FIGURES = ("e2e_mean_all", "e2e_mean_short", "e2e_p99_long", "e2e_mean_cap
                  "e2e_p99_capped")
 
 
-def guard_text(alpha: float) -> str:
-    """The starvation guard at one aging weight, in the words of the headline record."""
-    return "none" if alpha == 0 else f"aging (alpha {alpha:g} quantile/s)"
-
-
 def with_alpha(cfg: SimConfig, alpha: float) -> SimConfig:
     """`cfg` with aging at `alpha` quantiles per second (no guard at 0)."""
     if alpha == 0:
@@ -102,7 +97,7 @@ def score_by_alpha(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLi
         own, best = (np.array([np.nan if v is None else float(v)
                                for v in rows[row]["per_seed"][metric]]) for row in (name, "oracle"))
         rows[name]["score"] = score_interval(base - own, base - best, base, capped=True)
-        entries.append({"aging_alpha": float(alpha), "starvation": guard_text(float(alpha)),
+        entries.append({"aging_alpha": float(alpha), "starvation": run_cfg.guard,
                         "rows": rows})
     return {"score_metric": metric, "alphas": [float(a) for a in alphas], "entries": entries,
             "wall_s": time.perf_counter() - started}

@@ -231,6 +231,17 @@ class SimConfig:
         return f"{self.dispatch}+{self.queue}"
 
     @property
+    def guard(self) -> str:
+        """The starvation guard in words, as results record it: "none", "aging (alpha 1
+        quantile/s)" or "promotion (after 5 s)"."""
+        if self.starvation == "aging":
+            return f"aging (alpha {self.aging_alpha:g} quantile/s)"
+        if self.starvation == "promotion":
+            return "promotion" if self.t_starve_s is None else \
+                f"promotion (after {self.t_starve_s:g} s)"
+        return "none"
+
+    @property
     def baseline_policy(self) -> str:
         """The reference the score is measured against: the same dispatcher with FCFS."""
         return f"{self.dispatch}+fcfs"

@@ -41,6 +41,7 @@ from lenbench.sim.metrics import (
 from lenbench.sim.predictors import constant, noisy_oracle, oracle
 from lenbench.sim.score import score_interval
 from lenbench.sim.timing import TimeModel, get_time_model
+from lenbench.sim.workload import draw_rows
 
 REFERENCE_ROWS = ("baseline", "oracle", "constant")
 # Relative changes against the baseline reported for every row (short, long and capped classes).
@@ -179,12 +180,11 @@ def simulate_predictions(
                   cfg, model, queue_of[row], qps, seed, (short_thr, long_thr))
              for seed in seeds for row in row_names]
     served = iter(serve_all(draws))
-    for _ in seeds:
-        masks = None
+    for seed in seeds:
+        idx, _ = draw_rows(len(true), cfg.n_requests, qps, seed, cfg.arrival_cv)
+        masks = class_masks(true[idx], short_thr, long_thr, cut[idx])
         for row in row_names:
-            figures, e2e, idx = next(served)
-            if masks is None:
-                masks = class_masks(true[idx], short_thr, long_thr, cut[idx])
+            figures, e2e = next(served)
             per_seed[row].append(figures)
             for cls, mask in masks.items():
                 e2e_pool[row][cls].append(e2e[mask])
@@ -229,13 +229,10 @@ def simulate_predictions(
             changes[metric] = ratio_interval(seed_values(row, metric) - base, base)
         rows[row]["change"] = changes
 
-    guard = {"none": "none", "aging": f"aging (alpha {cfg.aging_alpha:g} quantile/s)",
-             "promotion": f"promotion (after {cfg.t_starve_s:g} s)" if cfg.t_starve_s is not None
-             else "promotion"}[cfg.starvation]
     return {
         "policy": cfg.policy,
         "baseline_policy": cfg.baseline_policy,
-        "starvation": guard,
+        "starvation": cfg.guard,
         "queue_key": QUEUE_KEY,
         "score_metric": cfg.score_metric,
         "score_definition": SCORE_DEFINITION.format(metric=cfg.score_metric,

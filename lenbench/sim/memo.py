@@ -42,7 +42,9 @@ MAX_ENTRIES = 8192  # about 16 kB each (the end-to-end latencies of 2,000 reques
 _memo: OrderedDict[bytes, tuple[dict[str, float | None], NDArray[np.float64]]] = OrderedDict()
 
 
-def _digest(arrays: tuple[NDArray[Any], ...], settings: tuple[Any, ...]) -> bytes:
+def digest(arrays: tuple[NDArray[Any], ...], settings: tuple[Any, ...]) -> bytes:
+    """A key for what a computation reads: the arrays' bytes, dtypes and shapes, and the repr
+    of its other settings."""
     h = hashlib.blake2b(digest_size=20)
     for arr in arrays:
         a = np.ascontiguousarray(arr)
@@ -85,7 +87,7 @@ class Draw(NamedTuple):
         settings = (serving_settings(cfg), repr(self.model), self.queue, int(self.seed),
                     float(self.qps), cfg.n_requests, cfg.arrival_cv,
                     tuple(float(t) for t in self.thresholds))
-        return _digest((self.true, self.prompt, self.censored, self.keys, self.balance),
+        return digest((self.true, self.prompt, self.censored, self.keys, self.balance),
                        settings)
 
 
@@ -106,12 +108,12 @@ def _keep(key: bytes, value: tuple[dict[str, float | None], NDArray[np.float64]]
 
 
 def serve_all(draws: Sequence[Draw]
-              ) -> list[tuple[dict[str, float | None], NDArray[np.float64], NDArray[np.int64]]]:
-    """Each draw's `run_figures`, the end-to-end latency of each of its requests and the drawn
-    row of each request, in order, each simulated once per process. The draws not kept yet
-    are simulated in worker
-    processes when there are enough of them and several cores (`workers`); each simulation
-    is deterministic, so the results are the same however many processes ran them."""
+              ) -> list[tuple[dict[str, float | None], NDArray[np.float64]]]:
+    """Each draw's `run_figures` and the end-to-end latency of each of its requests (in the
+    order of `Draw.rows`), in order, each simulated once per process. The draws not kept yet
+    are simulated in worker processes when there are enough of them and several cores
+    (`workers`); each simulation is deterministic, so the results are the same however many
+    processes ran them."""
     keys = [d.digest() for d in draws]
     todo = list({k: d for k, d in zip(keys, draws) if k not in _memo}.items())
     n_workers = min(workers(), len(todo) // MIN_PER_WORKER)
@@ -133,7 +135,7 @@ def serve_all(draws: Sequence[Draw]
             _keep(key, hit)
         else:
             _memo.move_to_end(key)
-        out.append((hit[0], hit[1], draw.rows()[0]))
+        out.append(hit)
     return out
 
 

@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from lenbench.sim.capacity import resolve_qps
 from lenbench.sim.config import SimConfig
 from lenbench.sim.keys import rank_keys
-from lenbench.sim.memo import Draw, serve_all
+from lenbench.sim.memo import Draw, digest, serve_all
 from lenbench.sim.predictors import constant, noisy_oracle
 from lenbench.sim.timing import TimeModel, get_time_model
 
@@ -45,6 +45,9 @@ from lenbench.sim.timing import TimeModel, get_time_model
 SWEEP_FIGURES = ("e2e_mean_all", "e2e_p99_all", "ttft_mean_all", "e2e_mean_short",
                  "e2e_mean_long", "e2e_mean_capped", "e2e_p99_capped")
 NOISE_SEED = 0  # the noisy oracles' noise: one stream for every world and run
+# The noisy oracles of each world's rows, found once per process (a bisection over Harrell's C
+# takes seconds on a few thousand rows; every predictor of a world uses the same ones).
+_noisy_kept: dict[bytes, dict[str, dict[str, Any]]] = {}
 
 
 def noisy_name(c_index: float) -> str:
@@ -128,8 +131,6 @@ def load_curves(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike 
     load], "rule", "headline_load"}; a point is {"load_factor", "qps", "figures": {figure: seed
     mean}, "per_seed": {score metric: [per seed]}}.
     """
-    from lenbench.sim.alpha_sweep import guard_text
-
     if not cfg.sweep_loads:
         raise ValueError("load_curves needs cfg.sweep_loads")
     true = np.asarray(true_len, dtype=np.int64)
@@ -147,7 +148,10 @@ def load_curves(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike 
                                      float(prompt.mean()), float(true.mean()), model)[0])
              for lf in cfg.sweep_loads]
     flat = constant(true)
-    noisy = noisy_oracles(true, cut, cfg.sweep_noisy_c)
+    key = digest((true, cut), (tuple(cfg.sweep_noisy_c), NOISE_SEED))
+    if key not in _noisy_kept:
+        _noisy_kept[key] = noisy_oracles(true, cut, cfg.sweep_noisy_c)
+    noisy = _noisy_kept[key]
     tokens = {"fcfs": flat, "oracle": true.astype(np.float64),
               **{row: v["pred"] for row, v in noisy.items()},
               "short prompt first": prompt.astype(np.float64)}
@@ -159,7 +163,7 @@ def load_curves(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike 
                   values if cfg.dispatch_uses_predictions else flat, cfg, model,
                   "fcfs" if row == "fcfs" else cfg.queue, qps, seed, thresholds)
              for row, values in curves.items() for _, qps in loads for seed in seeds]
-    served = [figures for figures, _, _ in serve_all(draws)]
+    served = [figures for figures, _ in serve_all(draws)]
     per_row = len(loads) * len(seeds)
     points = {row: _curve(served[i * per_row:(i + 1) * per_row], loads, len(seeds),
                           cfg.score_metric) for i, row in enumerate(curves)}
@@ -174,7 +178,7 @@ def load_curves(true_len: ArrayLike, pred_len: ArrayLike, prompt_len: ArrayLike 
         f"the lowest sweep load at which the oracle cuts {metric} by at least "
         f"{100 * cfg.headline_min_gain:g}% of FCFS's")
     return {"loads": [lf for lf, _ in loads], "seeds": seeds, "policy": cfg.policy,
-            "starvation": guard_text(cfg.aging_alpha if cfg.starvation == "aging" else 0.0),
+            "starvation": cfg.guard,
             "score_metric": metric, "figures": list(SWEEP_FIGURES),
             "n_requests": cfg.n_requests,
             "references": references, "rows": rows,
