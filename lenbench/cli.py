@@ -184,7 +184,7 @@ def _report_stage_times(clock: StageClock) -> None:
     from lenbench.results.provenance import environment_info
 
     try:
-        log.info("where the time went (%.0f s in all):\n%s", clock.total(), clock.table())
+        log.info("%s:\n%s", clock.heading(), clock.table())
         if HydraConfig.initialized():
             hc = HydraConfig.get()
             folder = Path(hc.runtime.output_dir)
@@ -196,10 +196,17 @@ def _report_stage_times(clock: StageClock) -> None:
 
 
 def _run(cfg: DictConfig) -> list[dict[str, Any]]:
+    import numpy as np
+
+    from lenbench.contract.views import SplitView
     from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result, save
+    from lenbench.models.loading import resolve_device
     from lenbench.pipeline import label_import_cap, prepare_world
+    from lenbench.runtime.fork_pool import JobDied, usable_cores
+    from lenbench.runtime.predictor_jobs import evaluated, predictor_jobs
     from lenbench.runtime.process import configure_threads
     from lenbench.scoring.audit_plan import new_audit_seed
+    from lenbench.sim import warmup as sim_warmup
     from lenbench.transfer import (
         attach_transfer,
         check_transfer,
@@ -235,21 +242,37 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
         return []
     need_features = any(p.needs.features for _, _, p in built)
     needs = [p.needs for _, _, p in built]
+    jobs = predictor_jobs(config.jobs, config.threads, resolve_device(config.device),
+                          bool(config.eval.raise_on_error), built)
+    head_start: list = []  # the reference simulations, begun once the labels exist
+
+    def simulate_references_early(labels) -> None:
+        if config.sim.enabled and usable_cores() >= 2:
+            rows = np.flatnonzero(labels["split"].to_numpy() == "test")
+            test = SplitView("test", labels, rows)
+            head_start.append(sim_warmup.start(
+                test.lengths, test.prompt_lengths,
+                labels["censored"].to_numpy(dtype=bool)[rows], config.sim.simulation()))
+
     with timed("world"):
         world = prepare_world(config, need_features=need_features, progress=progress,
-                              needs=needs)
+                              needs=needs, on_labels=simulate_references_early)
     tworld = None
     if config.transfer is not None:
         with timed("transfer set"):
             tworld = prepare_transfer(config, world, need_features=need_features,
                                       progress=progress, needs=needs)
+    for warm in filter(None, head_start):
+        with timed("reference simulations"):
+            warm.finish()
     results_dir = config.paths.results_dir
     written = []
     seed = int(config.seed)
     # one audit stream for the run: its predictors are audited on the same changed rows, so one
     # that shares work across predictors (OUTLETS's prediction cache) does its audit's once too
     audit_seed = new_audit_seed()
-    for name, pcfg, predictor in built:
+
+    def evaluate_one(name: str, pcfg: dict, predictor) -> tuple[dict, BaseException | None]:
         run_cfg = replace(config, predictor=pcfg)  # the result records its own predictor
         try:
             with timed(name):
@@ -259,17 +282,21 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
                     with timed("transfer"):
                         attach_transfer(result, predictor, name, world, tworld, run_cfg, seed,
                                         raise_on_error=bool(config.eval.raise_on_error))
+            return result, None
         except Exception as exc:  # recorded, and re-raised only on request
             log.exception("predictor %s failed", name)
-            result = failed_result(world, name, pcfg, run_cfg, seed, exc)
-            log.info("wrote %s (the failure and its traceback)", save(result, results_dir))
-            written.append(result)
-            if config.eval.raise_on_error:
-                raise
-            continue
+            return failed_result(world, name, pcfg, run_cfg, seed, exc), exc
+
+    if jobs > 1:
+        log.info("evaluating %d predictors, %d at a time", len(built), jobs)
+    for (name, pcfg, _), (result, exc) in zip(built, evaluated(built, evaluate_one, jobs)):
+        if isinstance(exc, JobDied):
+            result = failed_result(world, name, pcfg, replace(config, predictor=pcfg), seed, exc)
         path = save(result, results_dir)
-        log.info("wrote %s", path)
+        log.info("wrote %s%s", path, "" if exc is None else " (the failure and its traceback)")
         written.append(result)
+        if exc is not None and config.eval.raise_on_error:
+            raise exc
     if config.eval.noise_floor:
         floor_cfg = replace(config, predictor={"name": "noise_floor"})
         with timed("noise_floor"):

@@ -96,12 +96,15 @@ class World:
 
 
 def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
-                  needs: list | None = None, generate_only: bool = False) -> World | None:
+                  needs: list | None = None, generate_only: bool = False,
+                  on_labels: Callable[[pd.DataFrame], None] | None = None) -> World | None:
     """Build (or reuse) model, PromptSet, labels and, if asked, features.
 
     Each stage gets the parts of `run` it reads, no more (tests/test_config_walk.py).
     `generate_only` stops after the generate stage and returns None: a generation worker
     (`generation.worker=i`) only writes its shards, the sweep that follows reads the labels.
+    `on_labels` is called with the labels as soon as they exist, before the features: work
+    that needs only the labels (the reference simulations) can start beside the target's pass.
     """
     cache = Path(run.paths.cache_dir)
     device = resolve_device(run.device)
@@ -150,6 +153,8 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
     warn_censoring(gen_card)
     if need_features:
         check_response_tokens(gen_card)
+    if on_labels is not None:
+        on_labels(labels)
 
     features = None
     feat_stage = None

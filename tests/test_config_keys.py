@@ -138,6 +138,8 @@ def _identity(monkeypatch: pytest.MonkeyPatch, cfg) -> dict[str, Any]:
     monkeypatch.setattr(lenbench.transfer, "prepare_transfer", lambda *a, **k: world)
     monkeypatch.setattr(lenbench.evaluate, "evaluate_predictor", evaluate)
     monkeypatch.setattr("lenbench.runtime.process.configure_threads", lambda n: None)
+    # in this process, where `evaluate` records what it saw (a fork's record would stay there)
+    monkeypatch.setattr("lenbench.runtime.predictor_jobs.predictor_jobs", lambda *a, **k: 1)
     with pytest.raises(_Stop):
         run(cfg)
     config = {k: v for k, v in seen["config"].items() if k != "paths"}  # a temporary folder

@@ -84,7 +84,8 @@ def test_a_run_keeps_its_stage_times_next_to_its_log(e2e: E2ERun) -> None:
     assert "mlp_probe / predict_remaining" in sec and "constant / predict_remaining" not in sec
     assert "noise_floor" in sec
     top = sum(s["seconds"] for s in record["stages"] if s["depth"] == 0)
-    assert top <= record["total_seconds"] + 1e-3
+    # predictors evaluated several at a time overlap: at most that many stages at any moment
+    assert top <= record["at_once"] * record["total_seconds"] + 1e-3
     assert record["environment"]["cpu"]["name"]
 
 

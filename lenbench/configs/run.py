@@ -98,6 +98,7 @@ class LenbenchConfig:
     sim: Any = None
     seed: int = 0              # predictor seed (fit, bootstrap); data and model seeds are theirs
     threads: int = 1           # torch threads per job
+    jobs: int = 0              # predictors evaluated at once (0: from the cores; 1: in turn)
     device: str = "auto"       # auto | cpu | cuda | cuda:N
     progress: bool = True      # rich progress bars
     debug: bool = False        # true: user errors (bad config, bad input) show their traceback
@@ -217,6 +218,7 @@ class RunConfig:
     sim: Any  # SimSettings
     seed: int = 0
     threads: int = 1
+    jobs: int = 0
     device: str = "auto"
     progress: bool = True
     debug: bool = False

@@ -32,6 +32,7 @@ class StageClock:
 
     started: float = field(default_factory=time.perf_counter)
     stages: list[tuple[int, str, int, float]] = field(default_factory=list)
+    at_once: int = 1  # stages timed in that many processes at a time (their times overlap)
     _open: list[str] = field(default_factory=list)
     _opened: int = 0
 
@@ -47,6 +48,19 @@ class StageClock:
             lap.seconds = time.perf_counter() - t0
             self._open.pop()
             self.stages.append((order, path, depth, lap.seconds))
+
+    def laps_since(self, opened: int) -> list[tuple[int, str, int, float]]:
+        """The stages started since `opened` stages had been (`_opened` then), numbered from
+        0: what a forked process sends back of the work it did (`adopt`)."""
+        return [(order - opened, path, depth, seconds)
+                for order, path, depth, seconds in self.stages if order >= opened]
+
+    def adopt(self, laps: list[tuple[int, str, int, float]]) -> None:
+        """Record stages timed in another process (`laps_since`) as started now, in their
+        order."""
+        for order, path, depth, seconds in laps:
+            self.stages.append((self._opened + order, path, depth, seconds))
+        self._opened += 1 + max((lap[0] for lap in laps), default=-1)
 
     def total(self) -> float:
         return time.perf_counter() - self.started
@@ -66,7 +80,14 @@ class StageClock:
                          for r in self.rows())
 
     def record(self) -> dict:
-        return {"total_seconds": round(self.total(), 3), "stages": self.rows()}
+        return {"total_seconds": round(self.total(), 3), "at_once": self.at_once,
+                "stages": self.rows()}
+
+    def heading(self) -> str:
+        """The table's title: the run's wall time, and whether its stages overlap."""
+        overlap = (f"; predictors {self.at_once} at a time, so their times overlap"
+                   if self.at_once > 1 else "")
+        return f"where the time went ({self.total():.0f} s in all{overlap})"
 
     def write(self, folder: Path, **context) -> Path:
         """Keep the record in `folder`, with `context` (the run's overrides, its machine)."""
@@ -84,6 +105,11 @@ def readable(seconds: float) -> str:
 
 
 _clock: StageClock | None = None
+
+
+def current_clock() -> StageClock | None:
+    """The recording open in this process, if any."""
+    return _clock
 
 
 @contextlib.contextmanager

@@ -163,6 +163,20 @@ def workers() -> int:
                else os.cpu_count() or 1, 4)
 
 
+def kept() -> list[tuple[bytes, tuple[dict[str, float | None], NDArray[np.float64]]]]:
+    """Every simulation kept in this process, oldest first: what a forked process that ran
+    simulations ahead of time sends back to the one that forked it (`absorb`)."""
+    return list(_memo.items())
+
+
+def absorb(entries: Sequence[tuple[bytes, tuple[dict[str, float | None], NDArray[np.float64]]]]
+           ) -> None:
+    """Keep simulations run by another process (`kept`) as if they had run here."""
+    for key, value in entries:
+        if key not in _memo:
+            _keep(key, value)
+
+
 def clear() -> None:
     """Forget every kept simulation (tests that count simulations start from here)."""
     _memo.clear()
