@@ -50,6 +50,7 @@ from lenbench.results import (
     safe_name,
 )
 from lenbench.results.checks import is_number
+from lenbench.runtime.figure_files import rendering_aside
 from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
 from lenbench.stages import atomic_write_bytes
 
@@ -306,11 +307,12 @@ def _build(results_dir: str | Path, out_dir: str | Path, reference: str = DEFAUL
         intro.append(Text("No successful results yet."))
     written: set[Path] = set()
     worlds = []
-    for dataset, model in sorted(by_pair):
-        groups = by_pair[(dataset, model)]
-        for fp in sorted(groups, key=lambda f: (f == "", f)):
-            worlds.append(_section(dataset, model, groups[fp], out, written, reference,
-                                   fp or None, split_by_fingerprint=len(groups) > 1))
+    with rendering_aside():  # the plots render in forks while the tables are built
+        for dataset, model in sorted(by_pair):
+            groups = by_pair[(dataset, model)]
+            for fp in sorted(groups, key=lambda f: (f == "", f)):
+                worlds.append(_section(dataset, model, groups[fp], out, written, reference,
+                                       fp or None, split_by_fingerprint=len(groups) > 1))
     failures = _failed_lines(failed, problems)
 
     for stale in out.glob(f"{PLOT_PREFIX}*.png"):

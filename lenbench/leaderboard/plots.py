@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from lenbench.leaderboard.rows import Row
-from lenbench.stages import atomic_write_bytes
+from lenbench.runtime.figure_files import write_png
 
 PLOT_PREFIX = "plot-"
 
@@ -19,10 +18,9 @@ PLOT_PREFIX = "plot-"
 
 
 def save_png(fig: Any, path: Path) -> None:
-    """Render to memory, then write atomically: a kill mid-plot never leaves a 0-byte PNG."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    atomic_write_bytes(path, buf.getvalue())
+    """Written atomically (a kill mid-plot never leaves a 0-byte PNG), without the matplotlib
+    version in its metadata, so a rebuild with the same figures gives the same bytes."""
+    write_png(fig, path, dpi=100, metadata={"Software": None})
 
 
 def progress_plot(rows: list[Row], path: Path, title: str) -> bool:

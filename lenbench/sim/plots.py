@@ -6,12 +6,11 @@ saved result files. matplotlib is imported inside each function: the simulator n
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lenbench.stages import atomic_write_bytes
+from lenbench.runtime.figure_files import write_png
 
 CLASS_TITLES = {"all": "all requests", "short": "short requests", "long": "long requests"}
 
@@ -28,10 +27,9 @@ def _pyplot() -> Any:
 def _save(fig: Any, path: str | Path) -> Path:
     """Render to memory, then write atomically: a kill mid-plot never leaves a 0-byte PNG."""
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    written = write_png(fig, path, dpi=120)
     _pyplot().close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return written
 
 
 def plot_latency_cdfs(result: Mapping[str, Any], path: str | Path,
@@ -227,7 +225,6 @@ def plot_load_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 7), 1, 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    written = write_png(fig, path, dpi=110)
     plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return written
