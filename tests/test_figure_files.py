@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lenbench.runtime.fork_pool import can_fork
 from lenbench.runtime.figure_files import rendering_aside, write_png
+from lenbench.runtime.fork_pool import can_fork
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="needs fork()")
 
@@ -31,7 +31,6 @@ def test_a_figure_rendered_aside_is_the_figure_rendered_now(tmp_path) -> None:
 
 
 def test_a_render_that_fails_names_its_file(tmp_path) -> None:
-    with pytest.raises(RuntimeError, match="broken.png"):
-        with rendering_aside():
-            write_png(_figure(), tmp_path / "broken.png", dpi="not a number")
+    with pytest.raises(RuntimeError, match="broken.png"), rendering_aside():
+        write_png(_figure(), tmp_path / "broken.png", dpi="not a number")
     assert not (tmp_path / "broken.png").exists()
