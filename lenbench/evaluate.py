@@ -30,6 +30,7 @@ from lenbench.results import (
     json_safe,
     utc_now,
 )
+from lenbench.results.model import MEDIAN_VARIANT
 from lenbench.results.store import save_result
 from lenbench.runtime.process import seed_everything
 from lenbench.runtime.stage_times import timed
@@ -147,11 +148,12 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         return {**static_metrics(true, values, groups, n_boot=n_boot, seed=seed, ci=ci,
                                  censored=censored, cap=cap), **counts, "length_cap": cap}
 
-    raw_variants = scored.call("predict_variants", test_static)
     metrics: dict[str, Any] = {"static": score(pred, clipped), "dynamic": None, "variants": {}}
-    for variant, values in raw_variants.items():
-        metrics["variants"][variant] = score(*clean_predictions(
-            values, name, f"predict_variants()[{variant!r}]", cap))
+    variant_preds: dict[str, np.ndarray] = {}  # each decoding variant's scored predictions
+    for variant, values in scored.call("predict_variants", test_static).items():
+        variant_preds[variant], counts = clean_predictions(
+            values, name, f"predict_variants()[{variant!r}]", cap)
+        metrics["variants"][variant] = score(variant_preds[variant], counts)
     distribution = None  # the static LengthDistribution, when the predictor has one
     if predictor.distributional:
         distribution = _checked(scored.call("predict_distribution", test_static), len(test), name,
@@ -159,6 +161,11 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
         metrics["distribution"] = {
             "static": distribution_metrics(distribution, true, groups, censored, cap,
                                            n_boot=n_boot, seed=seed, ci=ci), "dynamic": None}
+        median = median_decoding(distribution, cap)
+        if MEDIAN_VARIANT not in variant_preds and not np.array_equal(median, pred):
+            variant_preds[MEDIAN_VARIANT] = median  # the MAE-optimal point of the distribution
+            metrics["variants"][MEDIAN_VARIANT] = score(*clean_predictions(
+                median, name, "the median of predict_distribution()", cap))
     if predictor.dynamic_distributional:
         steps = test.steps
         remaining = _checked(scored.call("predict_remaining_distribution", test_hidden), len(steps),
@@ -210,6 +217,8 @@ def evaluate_predictor(predictor: Predictor, name: str, predictor_cfg: dict, wor
                              "prompt_id": [str(g) for g in groups],
                              "censored": censored.tolist(),
                              "prompt_len": [int(n) for n in test.prompt_lengths]}
+    if variant_preds:
+        result["predictions"]["variants"] = {k: v.tolist() for k, v in variant_preds.items()}
     if predictor.dynamic:  # per request, NaN (null) where a request has no scored step
         result["predictions"]["dynamic_error"] = [None if np.isnan(e) else float(e)
                                                   for e in dynamic_errors]
@@ -250,6 +259,13 @@ def distribution_predictions(dist: LengthDistribution, true: np.ndarray, censore
     return {"quantile_levels": list(QUANTILE_LEVELS), "quantiles": quantiles.tolist(),
             "crps": scores["crps"].tolist(), "pit": scores["pit"].tolist(),
             **({} if p_cap is None else {"p_cap": p_cap.tolist()})}
+
+
+def median_decoding(dist: LengthDistribution, cap: float | None) -> np.ndarray:
+    """Each row's predicted median, clipped to [1, cap] as the stored quantiles are (so a
+    result's "median" variant can be read back from its quantiles: `Predictions.decoded`)."""
+    at = list(QUANTILE_LEVELS).index(0.5)
+    return np.clip(dist.quantile(QUANTILE_LEVELS), 1.0, np.inf if cap is None else cap)[:, at]
 
 
 def length_cap(run: RunConfig) -> int:

@@ -25,6 +25,7 @@ from lenbench.leaderboard.plots import save_png
 from lenbench.leaderboard.rows import Row, non_causal
 from lenbench.results import Result
 from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import delta_text
 from lenbench.scoring.metrics import paired_difference
 
 _KEYS = ("pinball_mean", "crps", "coverage_50", "coverage_50_high", "coverage_50_nominal",
@@ -65,7 +66,8 @@ CAPTION = (
     "quantiles, clipped to the cap (rerun for the exact figure). [brackets]: "
     "bootstrap 95% intervals over prompts, bounds averaged over seeds. Δ CRPS vs siblings: this "
     "predictor's CRPS minus the sibling reference's on the rows both score, with a paired "
-    "bootstrap interval over prompts and the predictor's seeds, **bold** where it excludes 0. "
+    "bootstrap interval over prompts and the predictor's seeds, **bold** where it excludes 0 "
+    "and the predictor has several seeds (° one seed: the interval covers the prompts only). "
     "*siblings* (ref) is the "
     "empirical distribution of each prompt's other samples (leave-one-out; a censored sibling "
     "at its cut-off), scored on the rows of prompts with at least two samples: with few samples "
@@ -251,12 +253,7 @@ def _auc(m: dict[str, Any], approx: bool = False) -> str:
 
 
 def _delta(d: dict[str, Any] | None) -> str:
-    if d is None:
-        return DASH
-    mean = f"{d['mean']:+.1f}"
-    if d["ci"] is None:
-        return mean
-    return f"{f'**{mean}**' if d['excludes_zero'] else mean} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
+    return DASH if d is None else delta_text(d, trained_reference=False)  # the siblings
 
 
 def distribution_cells(d: DistRow) -> list[str]:

@@ -65,8 +65,8 @@ def _delta_cell(row: Row, ref: Row, kind: str) -> str:
     """A row's paired difference to the reference predictor (`kind`: static or dynamic)."""
     if row is ref:
         return "(reference)"
-    if row.variant is not None or row.kind != "predictor" or (
-            kind == "dynamic" and not row.values("dynamic.mae")):
+    if row.kind != "predictor" or (kind == "dynamic" and (
+            row.variant is not None or not row.values("dynamic.mae"))):
         return DASH
     return paired_cell(row.scored_rows(), ref.scored_rows(), kind)
 
@@ -98,6 +98,20 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
     for row, cells in zip(rows, body):
         cells.append(str(len(row.results)))
     return Table(header, body, align, caption="main"), ref_name if ref is not None else None
+
+
+def family_note(table: Table, ref_name: str | None) -> list[Block]:
+    """How many paired differences the main table tests at 95%, and how many of them would be
+    bold by chance alone if no predictor differed from the reference: the bold is not corrected
+    for multiplicity, so the reader needs the family's size beside it."""
+    columns = [j for j, h in enumerate(table.header) if h.startswith(("Δ vs", "Dyn. Δ vs"))]
+    tested = [row[j] for row in table.rows for j in columns if "[" in row[j]]
+    if ref_name is None or len(tested) < 2:
+        return []
+    bold = sum(cell.startswith("**") for cell in tested)
+    return [Text(f"The Δ columns test {len(tested)} differences with {ref_name} at 95%, with no "
+                 f"correction for multiplicity: if no predictor differed from it, about "
+                 f"{0.05 * len(tested):.1f} of them would be bold by chance. {bold} are bold.")]
 
 
 def too_few_prompts(ok: list[Result]) -> int | None:
@@ -221,6 +235,7 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
     lines += _scoring_notes(ok, rows)
     table, ref_name = _main_table(rows, reference)
     lines.append(table)
+    lines += family_note(table, ref_name)
     if superseded:
         lines.append(Text(f"{superseded} older result(s) for a predictor and seed already shown "
                           "were superseded by newer runs and are not counted."))

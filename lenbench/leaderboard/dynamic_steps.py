@@ -10,22 +10,11 @@ predictors' difference at that step and nothing else.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lenbench.leaderboard.blocks import Block, Caption, Table
 from lenbench.leaderboard.cells import DASH, cell_text
 from lenbench.leaderboard.rows import Row
 from lenbench.results.checks import is_number
-from lenbench.scoring.comparisons import paired_steps
-
-
-def _cell(d: dict[str, Any]) -> str:
-    """"+3.1 [+1.0, +5.2]", bold where the interval excludes 0."""
-    mean = f"{d['mean']:+.1f}"
-    if d.get("ci") is None:
-        return mean
-    lo, hi = d["ci"]
-    return f"{f'**{mean}**' if d['excludes_zero'] else mean} [{lo:+.1f}, {hi:+.1f}]"
+from lenbench.scoring.comparisons import delta_text, paired_steps
 
 
 def paired_steps_lines(rows: list[Row], reference: str | None) -> list[Block]:
@@ -46,7 +35,7 @@ def paired_steps_lines(rows: list[Row], reference: str | None) -> list[Block]:
             first = found
         if found["t"] != first["t"] or found["n_requests"] != first["n_requests"]:
             continue  # another population (other rows): not in this table
-        body.append([cell_text(row.label), *(_cell(c) for c in found["cells"])])
+        body.append([cell_text(row.label), *(delta_text(c) for c in found["cells"])])
     if first is None:
         return []
     true = ref.results[0].predictions.true if ref.results[0].predictions else []
@@ -68,7 +57,9 @@ def paired_steps_lines(rows: list[Row], reference: str | None) -> list[Block]:
         f"length cap, whose error counts only a shortfall. Errors are averaged over each "
         f"predictor's seeds row by row; 95% interval: paired bootstrap over prompts and each "
         f"side's seeds; **bold** "
-        f"where it excludes 0 (negative: better than the reference). The first line is the "
+        f"where it excludes 0 and both sides have several seeds (negative: better than the "
+        f"reference; ° a side has one seed: the interval covers the prompts only). The first "
+        f"line is the "
         f"reference's own MAE on this population. The main table's dynamic MAE weighs requests "
         f"differently: for each request, the mean of its error over all its scored steps, then "
         f"the plain mean over requests, so every request counts once whatever its length, all "

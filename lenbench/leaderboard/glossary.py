@@ -70,7 +70,7 @@ PREFIX_NOTES = (
     ("Δ t = ", "remaining-length error minus the reference's at this step, on one population "
                "of requests, paired"),
     ("Δ vs ", "MAE minus the reference predictor's on the same test rows, paired; bold where "
-              "the 95% interval excludes 0"),
+              "the 95% interval excludes 0 and both sides have several seeds (° one seed)"),
     ("Dyn. Δ vs ", "dynamic MAE minus the reference predictor's, paired"),
     ("t = ", "remaining-length MAE at exactly this many generated tokens"),
     ("α_", "acceptance rate at this draft depth"),

@@ -39,7 +39,9 @@ ROWS_LEGEND = (
     "reference predictor's on the same test rows (errors averaged over seeds row by row), with a "
     "paired bootstrap 95% interval over prompts that also redraws each side's seeds (so it "
     "covers training variance where there are several); **bold** where the interval excludes 0 "
-    "(negative: better than the reference). Rows in *italics* marked (ref) are references, not "
+    "and both sides have several seeds (negative: better than the reference). ° a side has one "
+    "seed: its interval covers the prompts only, not the training, so it is never bold. Rows "
+    "in *italics* marked (ref) are references, not "
     "predictors: *noise_floor* bounds the irreducible error, the MAE of knowing each prompt's "
     "median length, from an optimistic in-sample estimate (the best single prediction for all "
     "of the prompt's samples, the row's own included: their median when none is censored) to a "
@@ -89,8 +91,12 @@ class Row:
         return [f[key] for r in self.results if key in (f := self.figures(r))]
 
     def scored_rows(self) -> list[Predictions | None]:
-        """Each result's scored rows, for paired comparisons."""
-        return [r.predictions for r in self.results]
+        """Each result's scored rows as this row predicts them (its variant's decoding), for
+        paired comparisons; None where a result does not store them."""
+        if self.variant is None:
+            return [r.predictions for r in self.results]
+        return [None if r.predictions is None else r.predictions.decoded(self.variant)
+                for r in self.results]
 
     def noise_floor(self) -> Mapping[str, Any] | None:
         """A reference row's noise-floor bounds (None for predictors, and for references written

@@ -24,7 +24,9 @@ from lenbench.scoring.comparisons import choose_reference, paired_cell
 TRANSFER_LEGEND = (
     "Transfer MAE: static MAE on the transfer set's scored rows (mean ± std over seeds); 95% CI: "
     "bootstrap over its prompts. Δ vs REF: paired difference to the reference predictor on the "
-    "same transfer rows, **bold** where its 95% interval excludes 0. In-world MAE: the same runs' "
+    "same transfer rows, **bold** where its 95% interval excludes 0 and both sides have several "
+    "seeds (° a side has one seed: the interval covers the prompts only). In-world MAE: the "
+    "same runs' "
     "MAE on this world's test split; Change: transfer minus in-world (positive: worse on the "
     "other prompt set). C-index: Harrell's C on the transfer rows, as in the main table. "
     "Dynamic: remaining-length MAE on the transfer set and in-world. "

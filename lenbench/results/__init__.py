@@ -31,7 +31,9 @@ contract between a run and everything that reads it later. Shape of a result::
                     prompt_id and censored absent in files written before they existed);
                     prompt_len (prompt tokens per row: what the simulator serves) and, for a
                     dynamic predictor, dynamic_steps ({t: listed steps, error: per row, the
-                    remaining-length error at each t or null}) absent in older files
+                    remaining-length error at each t or null}) absent in older files;
+                    variants ({name: [...]}: each decoding variant's predictions, scored as
+                    metrics.variants[name]) absent in older files
     fingerprints    {labels, features}  content hashes of the data scored
                     (lenbench.scoring.fingerprints; absent in files written before they existed)
     causality       {passed, ...}  optional: the audit of what was scored
@@ -50,7 +52,9 @@ contract between a run and everything that reads it later. Shape of a result::
     rescored        optional: {from_protocol, to_protocol, at, kept} written by
                     `python -m lenbench.results.rescore`, which recomputed the figures it could
                     from the stored predictions; kept maps each block it could not recompute
-                    (e.g. "metrics.variants") to the protocol its figures are from
+                    (e.g. "metrics.variants") to the protocol its figures are from;
+                    variants {at, added, from}: the decodings `python -m
+                    lenbench.rescore_variants` added from the stored quantiles
 
 A failed run carries the identity fields, ``error`` and whatever else it has; ``metrics`` may be
 null. ``validate_result`` (validation.py) enforces this so that a broken file is reported with its

@@ -171,6 +171,7 @@ class Predictions:
     prompt_len: list[Any] | None = None  # prompt tokens per row: the simulator's traffic
     # {"t": listed steps, "error": per row, |(L - t) - r_t| at each t, null where not decoding}
     dynamic_steps: Mapping[str, Any] | None = None
+    variants: Mapping[str, list[Any]] | None = None  # each decoding variant's predictions
 
     @classmethod
     def from_mapping(cls, d: Block | None) -> Predictions | None:
@@ -178,6 +179,22 @@ class Predictions:
             return None
         return cls(d.get("true") or [], d.get("pred") or [],
                    *(d.get(f.name) for f in dataclasses.fields(cls)[2:]))
+
+    def decoded(self, variant: str) -> Predictions | None:
+        """These rows as the decoding `variant` predicts them: its stored predictions, or for
+        "median" the stored 0.5 quantile of the predicted distribution (clipped to [1, cap] as
+        scored); None where the file has neither."""
+        values = (self.variants or {}).get(variant)
+        levels = list(self.quantile_levels or [])
+        if values is None and variant == MEDIAN_VARIANT and 0.5 in levels and self.quantiles:
+            at = levels.index(0.5)
+            values = [q[at] for q in self.quantiles]
+        if values is None or len(values) != len(self.true):
+            return None
+        return dataclasses.replace(self, pred=list(values))
+
+
+MEDIAN_VARIANT = "median"  # the point a distribution predictor's median decoding gives
 
 
 @dataclass(frozen=True)

@@ -100,17 +100,39 @@ def paired_rows(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRow
 
 def paired_cell(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
                 kind: str = "static", n_boot: int = 1000, ci: float = 0.95) -> str:
-    """"+1.3 [0.4, 2.2]" (this predictor's error, over its runs' scored rows, minus the
-    reference's, bold when the interval excludes zero), or a dash when the two cannot be
-    paired."""
+    """This predictor's error, over its runs' scored rows, minus the reference's, as
+    `delta_text` writes it, or a dash when the two cannot be paired."""
     d = paired_rows(runs, reference, kind, n_boot, ci)
-    if d is None:
-        return DASH
+    return DASH if d is None else delta_text(d)
+
+
+PROMPTS_ONLY = "°"  # a side with one seed: the interval covers the prompts, not the training
+
+
+def _fewest_seeds(d: Mapping[str, Any], trained_reference: bool) -> int:
+    seeds = list(d.get("seeds") or (2, 2))
+    return min(seeds if trained_reference else seeds[:1])
+
+
+def separated(d: Mapping[str, Any], trained_reference: bool = True) -> bool:
+    """The tables' rule for a paired difference shown in bold: its interval excludes 0 and both
+    sides have several seeds (only this side where the reference is not trained, as the
+    siblings' distribution is not). With one seed a side, the interval covers how the prompts
+    were drawn but not how the training went, so it cannot tell a better predictor from a lucky
+    fit."""
+    return bool(d.get("excludes_zero")) and _fewest_seeds(d, trained_reference) >= 2
+
+
+def delta_text(d: Mapping[str, Any], trained_reference: bool = True) -> str:
+    """"+1.3 [+0.4, +2.2]" (a `metrics.paired_difference`), bold where `separated`, marked °
+    where a side has one seed (its interval covers the prompts only)."""
     mean = f"{d['mean']:+.1f}"
-    if d["ci"] is None:
-        return mean
-    text = f"{f'**{mean}**' if d['excludes_zero'] else mean} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
-    return text
+    mark = PROMPTS_ONLY if _fewest_seeds(d, trained_reference) == 1 else ""
+    if d.get("ci") is None:
+        return mean + mark
+    lo, hi = d["ci"]
+    bold = separated(d, trained_reference)
+    return f"{f'**{mean}**' if bold else mean} [{lo:+.1f}, {hi:+.1f}]{mark}"
 
 
 def choose_reference(names: Sequence[str], wanted: str = DEFAULT_REFERENCE) -> str | None:

@@ -361,7 +361,8 @@ def paired_difference(err_a: np.ndarray, err_b: np.ndarray, groups: np.ndarray,
     is taken over each side's seeds first, and each replicate also redraws each side's seeds
     with replacement, so that a difference smaller than training variance is not called
     significant (`seeded_bootstrap_ci`). With one seed a side the interval is the prompt
-    bootstrap alone. ``excludes_zero`` says whether the interval lies on one side of 0.
+    bootstrap alone. ``excludes_zero`` says whether the interval lies on one side of 0;
+    ``seeds`` holds each side's number of seeds.
     """
     a = np.atleast_2d(np.asarray(err_a, dtype=np.float64))
     b = np.atleast_2d(np.asarray(err_b, dtype=np.float64))
@@ -377,6 +378,7 @@ def paired_difference(err_a: np.ndarray, err_b: np.ndarray, groups: np.ndarray,
         interval = seeded_bootstrap_ci(_cluster_totals(a, gid), _cluster_totals(b, gid), count,
                                        n_boot, seed, ci)
     return {"mean": float(diff.mean()), "ci": interval, "n": int(diff.size),
+            "seeds": [int(a.shape[0]), int(b.shape[0])],
             "excludes_zero": bool(interval is not None and (interval[0] > 0 or interval[1] < 0))}
 
 
