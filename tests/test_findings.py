@@ -7,6 +7,7 @@ is shown to fail the sentence that cites it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -17,7 +18,15 @@ import pytest
 from helpers.cli import REPO
 
 from lenbench.leaderboard.claim_figures import FigureError, Figures, World
-from lenbench.leaderboard.claims import MARKER, blocks, check_document, check_text, main
+from lenbench.leaderboard.claims import (
+    MARKER,
+    blocks,
+    check_document,
+    check_text,
+    excludes_zero,
+    main,
+    table_rows,
+)
 
 RESULTS = REPO / "leaderboard" / "results"
 FINDINGS = REPO / "docs" / "findings.md"
@@ -200,3 +209,111 @@ def test_a_figures_spread_over_seeds_is_each_seeds_result_read_alone(figures):
     assert spread == pytest.approx(statistics.stdev(each)) and spread > 0
     with pytest.raises(FigureError, match="no spread"):
         figures.get(World.parse(SMOL_V2), "noise_floor", "static.mae.seed_std")
+
+
+V2 = f"<!-- world: {SMOL_V2} -->\n"
+TRANSFER_LOSS = "* transfer.metrics.static.mae - * static.mae"
+
+
+def _every_row(figures: Figures, world: str, path: str) -> dict[str, float]:
+    """Each row of the world's table that has the figure, read one by one."""
+    out = {}
+    for name in table_rows(World.parse(world), figures):
+        predictor, _, variant = name.partition("/")
+        with contextlib.suppress(FigureError):
+            out[name] = figures.get(World.parse(world), predictor, path, None, variant).value
+    return out
+
+
+def test_best_is_checked_against_every_row_of_the_table_variants_included(figures):
+    maes = _every_row(figures, SMOL_V2, "static.mae")
+    assert any("/" in name for name in maes), "the section's table has variant rows"
+    best, second = sorted(maes, key=maes.get)[:2]
+    good = check_text(f"{V2}x <!-- check: lowest * static.mae: {best}, {second} -->", figures)
+    assert good.claims == 1 and not good.problems, good.problems
+    # a planted "best" that one row beats: the row that beats it is named, with its figure
+    planted = check_text(f"{V2}x <!-- check: lowest * static.mae: {second} -->", figures)
+    assert len(planted.problems) == 1
+    assert f"{best} gives {maes[best]:.4g} against {second}'s {maes[second]:.4g}" \
+        in planted.problems[0]
+    # the runner-up named first: out of order, though both are the two lowest
+    assert check_text(f"{V2}x <!-- check: lowest * static.mae: {second}, {best} -->",
+                      figures).problems
+    worst = max(maes, key=maes.get)
+    assert not check_text(f"{V2}x <!-- check: highest * static.mae: {worst} -->",
+                          figures).problems
+
+
+def test_more_than_the_others_fails_for_the_one_predictor_that_loses_more(figures):
+    """The transfer paragraph of world v2 once said OUTLETS loses more than the others."""
+    transfer = _every_row(figures, SMOL_V2, "transfer.metrics.static.mae")
+    static = _every_row(figures, SMOL_V2, "static.mae")
+    loss = {name: transfer[name] - static[name] for name in transfer}
+    assert len(loss) >= 8 and "outlets" in loss
+    ahead = [name for name in loss if loss[name] > loss["outlets"]]
+    assert ahead, "a predictor of the committed table loses more than outlets"
+    planted = check_text(f"{V2}OUTLETS loses more than the others.\n"
+                         f"<!-- check: highest {TRANSFER_LOSS}: outlets -->", figures)
+    assert sorted(re.search(r"': (\S+) gives", p).group(1) for p in planted.problems) == \
+        sorted(ahead)
+    order = sorted(loss, key=loss.get, reverse=True)
+    rank = order.index("outlets")
+    true = f"highest {TRANSFER_LOSS}: {', '.join(order[:rank + 1])}"
+    assert not check_text(f"{V2}x <!-- check: {true} -->", figures).problems
+
+
+def test_separation_is_the_tables_rule_and_none_separates_names_the_pair_that_does(figures):
+    """`separated` holds where the paired 95% interval excludes 0, as the table bolds a Δ."""
+    world = World.parse(SMOL_V2)
+    four = ["mlp_probe", "tfidf_ridge", "egtp", "bert_regressor"]
+    apart = set()
+    for a in four:
+        for b in four:
+            if a == b:
+                continue
+            ci = figures.paired(world, a, b, "static.mae").ci
+            assert ci is not None
+            claim = f"separated {a} vs {b} static.mae"
+            held = not check_text(f"{V2}x <!-- check: {claim} -->", figures).problems
+            assert held == excludes_zero(ci) == (ci[0] > 0 or ci[1] < 0)
+            negated = not check_text(f"{V2}x <!-- check: not {claim} -->", figures).problems
+            assert negated != held
+            if held:
+                apart.add(frozenset((a, b)))
+    assert apart and len(apart) < 6  # the four hold both kinds of pair
+    group = ",".join(four)
+    planted = check_text(f"{V2}None of the four separates.\n<!-- check: not separated "
+                         f"{group} vs {group} static.mae -->", figures)
+    named = {frozenset(re.search(r"\((\S+) vs (\S+)\)", p).groups())
+             for p in planted.problems}
+    assert named == apart
+    rest = sorted(set(four) - set().union(*apart))
+    others = ",".join(rest + [sorted(apart.pop())[0]])
+    assert not check_text(f"{V2}x <!-- check: not separated {others} vs {others} static.mae -->",
+                          figures).problems
+
+
+def test_a_comparison_of_the_findings_fails_when_one_row_of_its_table_contradicts_it(tmp_path):
+    """world v1's best static predictor: give `constant` a lower MAE and the findings' ranking
+    claim names it, although no sentence mentions `constant` beside it."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    claim = "lowest * static.mae: mlp_quantile"
+    assert claim in " ".join(FINDINGS.read_text().split())
+    source = next((results / SMOL / "constant").glob("*-589166bd.json"))
+    data = json.loads(source.read_text())
+    data["metrics"]["static"]["mae"] = 50.0
+    source.write_text(json.dumps(data))
+    problems = check_document(FINDINGS, results).problems
+    assert any(f"'{claim}': constant gives 50 against mlp_quantile's" in p for p in problems), \
+        problems
+
+
+def test_a_predicate_that_does_not_compare_several_predictors_is_reported(figures):
+    for claim, why in [("lowest outlets static.mae: outlets", "of several predictors"),
+                       ("lowest * static.mae", "a ranking is"),
+                       ("separated outlets static.mae", "of a pair"),
+                       ("lowest * static.mae: nobody", "no figure for nobody"),
+                       ("separated outlets vs mlp_probe static.c_index", "no interval")]:
+        problems = check_text(f"{WORLD}x <!-- check: {claim} -->", figures).problems
+        assert len(problems) == 1 and why in problems[0], (claim, problems)

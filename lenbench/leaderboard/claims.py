@@ -15,9 +15,24 @@ A claim is `left REL right`, REL one of `=`, `<`, `>`, `<=`, `>=`. A side is a n
 `-22.0`, `49%`) or a figure: `predictor[/variant] path[@steps]` (`claim_figures.py` says which
 paths exist), `a vs b path` for a's paired difference to b, and `-` or `/` between figures.
 `@all` reads every step of a list figure, `@0,8,16` the ones listed; `*` for the predictor
-reads each predictor of the world that has the figure (`{predictor}` in the path stands for its
-name). `figure = number [low, high]` holds when the figure and its interval round to the number
-as written; a comparison with a number compares the figure rounded as the number is written.
+reads each row of the world's table that has the figure, every predictor and each variant
+(`{predictor}` in the path stands for its name), and `a,b,c` each of those listed; on both sides
+of `vs` they read every pair but a predictor with itself (a variant has no paired difference),
+and `-` or `/` between two of them meets on the predictors both read. `figure = number [low,
+high]` holds when the figure and its interval round to the number as written; a comparison with
+a number compares the figure rounded as the number is written.
+
+A sentence that compares predictors is checked against all of them, with two predicates:
+
+    lowest * static.mae: bin_classifier/expectation, outlets     ("best", "second only to")
+    highest * transfer.metrics.static.mae - * static.mae: lp_only, outlets   ("loses the most")
+    separated lp_only vs mlp_probe scheduling.score                ("ahead of", "separated from")
+    not separated mlp_probe,tfidf_ridge vs mlp_probe,tfidf_ridge static.mae   ("none separates")
+
+`lowest figures: a, b` (or `highest`) holds when a is the lowest of the figures, b the lowest
+of the rest, and so on, at each step: no predictor the figures read is left out. `separated
+a vs b path` holds when the paired difference's 95% interval excludes 0, the rule by which the
+leaderboard bolds a Δ; `not separated` when it holds 0; with `*` or a list, for every pair read.
 
 Every number written in a paragraph must be one its checks cite (a number of a claim, or a step
 after `@`) or one listed as given: numbers that are not figures of the results (settings, a
@@ -43,6 +58,7 @@ MARKER = re.compile(r"<!--\s*(world|check|given):(.*?)-->", re.S)
 NUMBER = re.compile(r"(?:(?<![\w.])[-+−]|(?<![\w.+\-−]))(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
                     r"(?:\.\d+)?%?(?!\w|\.\d)")
 LITERAL = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?%?")
+PREDICATE = re.compile(r"(lowest|highest|separated|not separated)\s+(.*)", re.S)
 RELATIONS = {"=": None, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
              "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}
 # what a number in prose is not: code, a link's target, a subscript (y_{t+1}), a marker
@@ -125,8 +141,38 @@ def blocks(text: str) -> Iterator[Block]:
         yield current
 
 
+def table_rows(world: World, figures: Figures) -> list[str]:
+    """Every row of the world's table: each predictor and each of its variants
+    (`name/variant`), so that a claim about all of them leaves none out (references aside)."""
+    t = figures.table
+    keep = (t.dataset == world.dataset) & (t.model == world.model) & \
+        t.labels.str.startswith(world.labels) & (t.kind == "predictor") & (t.variant != "")
+    variants = {f"{p}/{v}" for p, v in zip(t[keep].predictor, t[keep].variant)}
+    return sorted(set(figures.predictors(world)) | variants)
+
+
+def _names(word: str, world: World, figures: Figures) -> list[str] | None:
+    """The predictors a subject names: `*` every row of the table, `a,b,c` those listed; None
+    for a single name (its figures are keyed by step alone)."""
+    if word == "*":
+        return table_rows(world, figures)
+    return word.split(",") if "," in word else None
+
+
+def _read(figures: Figures, world: World, name: str, ref: str | None, path: str,
+          step: int | None) -> Figure:
+    """name's figure, or its paired difference to ref (a variant's rows are not stored, so a
+    variant has no paired difference)."""
+    predictor, _, variant = name.partition("/")
+    if ref is None:
+        return figures.get(world, predictor, path, step, variant)
+    if variant or "/" in ref:
+        raise FigureError(f"{name} vs {ref}: a variant has no paired difference")
+    return figures.paired(world, predictor, ref, path, step)
+
+
 def _figure_term(text: str, world: World, figures: Figures) -> dict[Key, Figure]:
-    """A figure term's values by (predictor of a `*`, step)."""
+    """A figure term's values by (the predictor or pair a `*` or list reads, step)."""
     words = text.split()
     if len(words) == 4 and words[1] == "vs":
         subject, ref, spec = words[0], words[2], words[3]
@@ -135,36 +181,37 @@ def _figure_term(text: str, world: World, figures: Figures) -> dict[Key, Figure]
     else:
         raise FigureError(f"'{text}' is not 'predictor path', nor 'a vs b path'")
     path, _, at = spec.partition("@")
-    names = figures.predictors(world) if subject == "*" else [subject]
+    many, refs = _names(subject, world, figures), _names(ref, world, figures) if ref else None
     out: dict[Key, Figure] = {}
-    for name in names:
-        predictor, _, variant = name.partition("/")
-        own = path.replace("{predictor}", predictor)
-        steps: Sequence[int | None] = [None]
-        if at:
-            steps = figures.steps(world, predictor, own) if at == "all" else \
-                [int(s) for s in at.split(",")]
-        for step in steps:
+    for name in many or [subject]:
+        for other in refs or [ref]:
+            if other == name:
+                continue  # `a,b vs *`: each against every other
+            label = " vs ".join(n for n, m in ((name, many), (other, refs)) if m)
+            own = path.replace("{predictor}", name.partition("/")[0])
             try:
-                if ref is None:
-                    value = figures.get(world, predictor, own, step, variant)
-                else:
-                    value = figures.paired(world, predictor, ref, own, step)
+                steps: Sequence[int | None] = [None] if not at else \
+                    figures.steps(world, name.partition("/")[0], own) if at == "all" else \
+                    [int(s) for s in at.split(",")]
+                out |= {(label, -1 if step is None else step):
+                        _read(figures, world, name, other, own, step) for step in steps}
             except FigureError:
-                if subject == "*":
-                    continue  # `*` reads the predictors that have the figure
-                raise
-            out[(name if subject == "*" else "", -1 if step is None else step)] = value
+                if "*" not in (subject, ref):
+                    raise  # `*` reads the predictors that have the figure
     if not out:
         raise FigureError(f"no predictor of {world} has {path}")
     return out
 
 
 def _combine(a: dict[Key, Figure], b: dict[Key, Figure], op: str) -> dict[Key, Figure]:
+    """a - b or a / b, key by key; a single figure on one side meets each of the other's, and
+    two readings of every predictor meet on the predictors both have."""
     if len(a) == 1 or len(b) == 1:
         keys = list(b) if len(a) == 1 else list(a)
     elif set(a) == set(b):
         keys = list(a)
+    elif all(name for name, _ in a) and (common := [k for k in a if k in b]):
+        keys = common
     else:
         raise FigureError("the two sides read different predictors or steps")
 
@@ -197,8 +244,66 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def excludes_zero(ci: tuple[float, float]) -> bool:
+    """Whether a paired difference's interval lies on one side of 0: the leaderboard's rule for
+    bolding a Δ as separated (`scoring.metrics.paired_difference`'s `excludes_zero`)."""
+    return ci[0] > 0 or ci[1] < 0
+
+
+def _where(key: Key) -> str:
+    return f" ({_label(key)})" if _label(key) else ""
+
+
+def _separation(claim: str, text: str, world: World, figures: Figures) -> list[str]:
+    """`[not] separated a vs b path`: every pair read has a 95% interval that excludes 0 (holds
+    0), so that "separated from" and "not separated" say what the table's bold says."""
+    if len(text.split()) != 4 or text.split()[1] != "vs":
+        return [f"'{claim}': separation is of a pair, 'a vs b path'"]
+    wanted = not claim.startswith("not ")
+    out = []
+    for key, fig in _figure_term(text, world, figures).items():
+        if fig.ci is None:
+            out.append(f"'{claim}'{_where(key)}: the results give no interval")
+        elif excludes_zero(fig.ci) != wanted:
+            out.append(f"'{claim}'{_where(key)}: the results give {_fmt(fig.value)} "
+                       f"[{_fmt(fig.ci[0])}, {_fmt(fig.ci[1])}]")
+    return out
+
+
+def _ranking(claim: str, text: str, world: World, figures: Figures) -> list[str]:
+    """`lowest figures: a, b` (or `highest`): a, then b, are the lowest of every predictor the
+    figures read, at each step, so that "best" and "more than the others" leave none out."""
+    terms, colon, names = text.rpartition(":")
+    listed = [n.strip() for n in names.split(",") if n.strip()]
+    side = _side(terms, world, figures) if colon else None
+    if not listed or not isinstance(side, dict) or not all(name for name, _ in side):
+        return [f"'{claim}': a ranking is 'lowest|highest figures: a[, b ...]', the figures "
+                f"of several predictors (`*`, `a,b,c`)"]
+    sign = 1.0 if claim.startswith("lowest") else -1.0
+    out = []
+    for step in sorted({s for _, s in side}):
+        values = {name: fig.value for (name, s), fig in side.items() if s == step}
+        where = f" (at {step})" if step >= 0 else ""
+        if missing := [n for n in listed if n not in values]:
+            out.append(f"'{claim}'{where}: the results give no figure for {', '.join(missing)}")
+            continue
+        for other, v in values.items():  # each row named once, at the first place it takes
+            if beaten := next((name for i, name in enumerate(listed) if other not in
+                               listed[:i + 1] and not sign * values[name] <= sign * v), None):
+                out.append(f"'{claim}'{where}: {other} gives {_fmt(v)} against {beaten}'s "
+                           f"{_fmt(values[beaten])}")
+    return out
+
+
 def check_claim(claim: str, world: World, figures: Figures) -> tuple[list[str], set[str]]:
     """(why the claim fails, empty when it holds; the numbers it cites, as `number_key`s)."""
+    if found := PREDICATE.fullmatch(claim):
+        cited = {number_key(s) for s in re.findall(r"@([\d,]+)", claim) for s in s.split(",")}
+        check = _ranking if found.group(1) in ("lowest", "highest") else _separation
+        try:
+            return check(claim, found.group(2), world, figures), cited
+        except (FigureError, ValueError) as exc:
+            return [f"'{claim}': {exc}"], cited
     found = re.search(r"\s(<=|>=|=|<|>)\s", f" {claim} ")
     if found is None:
         return [f"'{claim}' has no relation (=, <, >, <=, >=)"], set()
