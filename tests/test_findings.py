@@ -317,3 +317,26 @@ def test_a_predicate_that_does_not_compare_several_predictors_is_reported(figure
                        ("separated outlets vs mlp_probe static.c_index", "no interval")]:
         problems = check_text(f"{WORLD}x <!-- check: {claim} -->", figures).problems
         assert len(problems) == 1 and why in problems[0], (claim, problems)
+
+
+def test_a_one_seed_side_is_never_separated_as_the_table_never_bolds_it(figures):
+    """OUTLETS has one seed on world v2: its interval against mlp_probe excludes 0 over the
+    prompts, but the table does not bold it, and `separated` says what the table says."""
+    fig = figures.paired(World.parse(SMOL_V2), "outlets", "mlp_probe", "static.mae")
+    assert excludes_zero(fig.ci) and min(fig.seeds) == 1
+    planted = check_text(f"{V2}OUTLETS is separated from the probe.\n"
+                         "<!-- check: separated outlets vs mlp_probe static.mae -->", figures)
+    assert len(planted.problems) == 1 and "one seed on a side" in planted.problems[0]
+    assert not check_text(f"{V2}x <!-- check: not separated outlets vs mlp_probe static.mae -->",
+                          figures).problems
+
+
+def test_predictors_alone_leave_the_decoding_variants_out(figures):
+    maes = _every_row(figures, SMOL_V2, "static.mae")
+    mains = {name: v for name, v in maes.items() if "/" not in name}
+    best_row, best_main = min(maes, key=maes.get), min(mains, key=mains.get)
+    assert "/" in best_row, "a decoding variant has the lowest MAE of world v2's table"
+    assert not check_text(f"{V2}x <!-- check: lowest *predictors static.mae: {best_main} -->",
+                          figures).problems
+    assert check_text(f"{V2}x <!-- check: lowest * static.mae: {best_main} -->",
+                      figures).problems

@@ -48,6 +48,7 @@ class Figure:
 
     value: float
     ci: tuple[float, float] | None = None
+    seeds: tuple[int, ...] | None = None  # a paired difference's seeds on each side
 
 
 @dataclass(frozen=True)
@@ -261,4 +262,6 @@ class Figures:
 
 def _paired_figure(d: Mapping[str, Any]) -> Figure:
     ci: Sequence[float] | None = d.get("ci")
-    return Figure(float(d["mean"]), (float(ci[0]), float(ci[1])) if ci is not None else None)
+    seeds = d.get("seeds")
+    return Figure(float(d["mean"]), (float(ci[0]), float(ci[1])) if ci is not None else None,
+                  None if seeds is None else tuple(int(n) for n in seeds))

@@ -31,8 +31,10 @@ A sentence that compares predictors is checked against all of them, with two pre
 
 `lowest figures: a, b` (or `highest`) holds when a is the lowest of the figures, b the lowest
 of the rest, and so on, at each step: no predictor the figures read is left out. `separated
-a vs b path` holds when the paired difference's 95% interval excludes 0, the rule by which the
-leaderboard bolds a Δ; `not separated` when it holds 0; with `*` or a list, for every pair read.
+a vs b path` holds when the paired difference's 95% interval excludes 0 and both sides have
+several seeds, the rule by which the leaderboard bolds a Δ; `not separated` when it does not;
+with `*` or a list, for every pair read. `*predictors` reads each predictor's own row only, not
+its decoding variants, for a sentence about the predictors' point predictions.
 
 Every number written in a paragraph must be one its checks cite (a number of a claim, or a step
 after `@`) or one listed as given: numbers that are not figures of the results (settings, a
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lenbench.leaderboard.claim_figures import Figure, FigureError, Figures, World
+from lenbench.scoring.comparisons import separated
 
 MARKER = re.compile(r"<!--\s*(world|check|given):(.*?)-->", re.S)
 NUMBER = re.compile(r"(?:(?<![\w.])[-+−]|(?<![\w.+\-−]))(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
@@ -156,6 +159,8 @@ def _names(word: str, world: World, figures: Figures) -> list[str] | None:
     for a single name (its figures are keyed by step alone)."""
     if word == "*":
         return table_rows(world, figures)
+    if word == "*predictors":
+        return sorted(figures.predictors(world))
     return word.split(",") if "," in word else None
 
 
@@ -245,9 +250,17 @@ def _fmt(x: float) -> str:
 
 
 def excludes_zero(ci: tuple[float, float]) -> bool:
-    """Whether a paired difference's interval lies on one side of 0: the leaderboard's rule for
-    bolding a Δ as separated (`scoring.metrics.paired_difference`'s `excludes_zero`)."""
+    """Whether a paired difference's interval lies on one side of 0
+    (`scoring.metrics.paired_difference`'s `excludes_zero`)."""
     return ci[0] > 0 or ci[1] < 0
+
+
+def is_separated(fig: Figure) -> bool:
+    """The leaderboard's rule for bolding a Δ (`scoring.comparisons.separated`): the interval
+    excludes 0 and, where the figure records its seeds, both sides have several."""
+    seeds = (2, 2) if fig.seeds is None else fig.seeds
+    return fig.ci is not None and separated({"excludes_zero": excludes_zero(fig.ci),
+                                             "seeds": list(seeds)})
 
 
 def _where(key: Key) -> str:
@@ -264,9 +277,11 @@ def _separation(claim: str, text: str, world: World, figures: Figures) -> list[s
     for key, fig in _figure_term(text, world, figures).items():
         if fig.ci is None:
             out.append(f"'{claim}'{_where(key)}: the results give no interval")
-        elif excludes_zero(fig.ci) != wanted:
+        elif is_separated(fig) != wanted:
+            seeds = "" if fig.seeds is None or min(fig.seeds) > 1 else \
+                " (one seed on a side: never separated)"
             out.append(f"'{claim}'{_where(key)}: the results give {_fmt(fig.value)} "
-                       f"[{_fmt(fig.ci[0])}, {_fmt(fig.ci[1])}]")
+                       f"[{_fmt(fig.ci[0])}, {_fmt(fig.ci[1])}]{seeds}")
     return out
 
 
