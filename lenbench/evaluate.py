@@ -49,7 +49,11 @@ from lenbench.scoring.metrics import (
     request_errors,
     static_metrics,
 )
-from lenbench.scoring.noise_floor import noise_floor_bounds, noise_floor_predictions
+from lenbench.scoring.noise_floor import (
+    extrapolated_floor,
+    noise_floor_bounds,
+    noise_floor_predictions,
+)
 from lenbench.scoring.step_errors import step_error_record, step_errors
 from lenbench.sim.config import SimConfig
 
@@ -348,6 +352,9 @@ def noise_floor_result(world: World, run: RunConfig,
         "noise_floor": noise_floor_bounds(true, groups, censored, n_boot=n_boot,
                                           seed=NOISE_FLOOR_SEED, ci=ci),
         "dynamic": None, "variants": {}}
+    if result["metrics"]["noise_floor"] is not None:  # one estimate, from the dense prompts
+        result["metrics"]["noise_floor"]["extrapolated"] = extrapolated_floor(
+            true, groups, censored, n_boot=n_boot, seed=NOISE_FLOOR_SEED, ci=ci)
     # the predictors' CRPS threshold (from every test row), so that the paired rows score alike
     threshold = score_threshold(cap, true, censored)
     siblings, has = sibling_distributions(true, groups)

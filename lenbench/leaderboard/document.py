@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from lenbench.leaderboard.rows import (
     Row,
     build_rows,
     earlier_protocol,
+    floor_estimate,
     main_legend,
     metric_cell,
     name_cell,
@@ -51,7 +52,13 @@ from lenbench.results import (
 )
 from lenbench.results.checks import is_number
 from lenbench.runtime.figure_files import rendering_aside
-from lenbench.scoring.comparisons import DEFAULT_REFERENCE, choose_reference, paired_cell
+from lenbench.scoring.comparisons import (
+    DEFAULT_REFERENCE,
+    FALLBACK_REFERENCE,
+    choose_reference,
+    paired_cell,
+    paired_rows,
+)
 from lenbench.stages import atomic_write_bytes
 
 __all__ = ["build_leaderboard", "main"]
@@ -93,11 +100,39 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
             align.append(RIGHT)
             for row, cells in zip(rows, body):
                 cells.append(_delta_cell(row, ref, spec.delta))
+    floor = next((est for row in rows if row.kind == "reference"
+                  and (est := floor_estimate(row)) is not None), None)
+    const = mains.get(FALLBACK_REFERENCE)
+    if floor is not None and const is not None:
+        header.append("Share of gap")
+        align.append(RIGHT)
+        for row, cells in zip(rows, body):
+            cells.append(gap_share_cell(row, const, floor))
     header.append("Seeds")
     align.append(RIGHT)
     for row, cells in zip(rows, body):
         cells.append(str(len(row.results)))
     return Table(header, body, align, caption="main"), ref_name if ref is not None else None
+
+
+def gap_share_cell(row: Row, const: Row, floor: Mapping[str, Any]) -> str:
+    """The share of the reachable gap a row closes: (constant's MAE - the row's) / (constant's
+    MAE - the floor's estimate), with a conservative interval: the ends of the paired gain's
+    interval over the ends of the gap's (the floor's interval). A dash for reference rows."""
+    c, p, f = mean(const.values("static.mae")), mean(row.values("static.mae")), floor["estimate"]
+    if row.kind != "predictor" or c is None or p is None or c - f <= 0:
+        return DASH
+    share = (c - p) / (c - f)
+    if row is const:
+        return "0%"
+    d = paired_rows(row.scored_rows(), const.scored_rows())
+    if d is None or d["ci"] is None or not floor.get("ci") or c - floor["ci"][1] <= 0:
+        return f"{100 * share:.0f}%"
+    gain = (-d["ci"][1], -d["ci"][0])  # the paired gain over the constant
+    gap = (c - floor["ci"][1], c - floor["ci"][0])
+    lo = gain[0] / (gap[1] if gain[0] > 0 else gap[0])
+    hi = gain[1] / (gap[0] if gain[1] > 0 else gap[1])
+    return f"{100 * share:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
 
 
 def family_note(table: Table, ref_name: str | None) -> list[Block]:

@@ -99,3 +99,85 @@ def noise_floor_bounds(lengths: np.ndarray, groups: np.ndarray, censored: np.nda
         "leave_one_out": float(loo_err.mean()), "leave_one_out_ci": loo_ci,
         "interval": None if in_ci is None or loo_ci is None else [in_ci[0], loo_ci[1]],
     }
+
+
+DENSE_SAMPLES = 8  # the samples a prompt needs for the extrapolated floor
+FIRST_FIT_SIZE = 3  # the smallest median size the extrapolation fits (1 and 2 are far off 1/j)
+
+
+def _subsets(n: int, j: int, limit: int, rng: np.random.Generator) -> np.ndarray:
+    """Index sets of size j from range(n): all of them, or `limit` drawn without repeats."""
+    from itertools import combinations
+    from math import comb
+
+    if comb(n, j) <= limit:
+        return np.array(list(combinations(range(n), j)), dtype=np.int64).reshape(-1, j)
+    return np.sort(np.stack([rng.choice(n, j, replace=False) for _ in range(limit)]), axis=1)
+
+
+def median_error_curve(lengths: np.ndarray, cens: np.ndarray, sizes: range,
+                       rng: np.random.Generator, limit: int = 64) -> np.ndarray:
+    """D(j) for one prompt: the mean censored error of predicting each of its samples by the
+    median of j of its other samples, over every such set (or `limit` drawn ones)."""
+    k = lengths.size
+    others = np.stack([np.delete(np.arange(k), i) for i in range(k)])  # k x (k - 1)
+    out = []
+    for j in sizes:
+        picks = others[:, _subsets(k - 1, j, limit, rng)]  # k x sets x j
+        med = np.median(lengths[picks], axis=2)  # k x sets
+        err = np.abs(censored_error(med, lengths[:, None], cens[:, None]))
+        out.append(err.mean())
+    return np.array(out)
+
+
+def _extrapolate(curve: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+    """(D at infinitely many samples, slope) of the least-squares line D(j) = D_inf + a / j."""
+    x = np.stack([np.ones(sizes.size), 1.0 / sizes], axis=1)
+    (d_inf, slope), *_ = np.linalg.lstsq(x, curve, rcond=None)
+    return float(d_inf), float(slope)
+
+
+def extrapolated_floor(lengths: np.ndarray, groups: np.ndarray,
+                       censored: np.ndarray | None = None, min_samples: int = DENSE_SAMPLES,
+                       n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+                       ) -> dict[str, Any] | None:
+    """One estimate of the irreducible MAE: the error of knowing each prompt's true median.
+
+    The in-sample and leave-one-out bounds (`noise_floor_bounds`) bracket it widely because a
+    median of few samples misses the true one. On the prompts with at least `min_samples`
+    samples, D(j), the error of predicting a sample by the median of j of its prompt's other
+    samples, falls as j grows towards the floor D(inf); the excess of an estimated median's
+    error shrinks as 1/j for large j. So D(j) for j = 3 .. min_samples - 1 (averaged over the
+    rows, censored ones scored as the point metrics score them) is fitted by D_inf + a / j, and
+    D_inf is the estimate; its interval redraws the prompts. None with no such prompt.
+    """
+    lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
+    gid = _group_ids(groups, lengths.size, "extrapolated_floor")
+    cens = np.zeros(lengths.size, bool) if censored is None else \
+        np.asarray(censored, dtype=bool).reshape(-1)
+    if min_samples < FIRST_FIT_SIZE + 2:
+        raise ValueError(f"extrapolated_floor: min_samples must be at least "
+                         f"{FIRST_FIT_SIZE + 2} to fit two sizes, not {min_samples}")
+    sizes = np.arange(FIRST_FIT_SIZE, min_samples)
+    rng = np.random.default_rng([seed, 2])
+    curves, weights = [], []
+    for rows in _rows_by_group(gid):
+        if rows.size >= min_samples:
+            curves.append(median_error_curve(lengths[rows], cens[rows],
+                                             range(FIRST_FIT_SIZE, min_samples), rng))
+            weights.append(rows.size)
+    if not curves:
+        return None
+    c, w = np.stack(curves), np.asarray(weights, dtype=np.float64)
+    estimate, slope = _extrapolate(w @ c / w.sum(), sizes)
+    interval = None
+    if n_boot > 0:
+        boot = np.random.default_rng(seed)
+        draws = boot.integers(0, len(c), size=(n_boot, len(c)))
+        reps = [_extrapolate(w[d] @ c[d] / w[d].sum(), sizes)[0] for d in draws]
+        tail = 100 * (1 - ci) / 2
+        interval = [float(np.percentile(reps, tail)), float(np.percentile(reps, 100 - tail))]
+    return {"estimate": estimate, "ci": interval, "slope": slope,
+            "n_prompts": len(c), "n": int(w.sum()), "min_samples": int(min_samples),
+            "fit_sizes": [int(j) for j in sizes],
+            "curve": [float(v) for v in w @ c / w.sum()]}

@@ -1,0 +1,76 @@
+"""Add the extrapolated noise floor to stored noise-floor results, from their stored rows.
+
+    python -m lenbench.rescore_floor leaderboard/results [more folders or files]
+
+A world's noise-floor reference stores the test rows it scored (true lengths, prompt ids,
+censored flags). `scoring.noise_floor.extrapolated_floor` reads nothing else, so the single
+floor estimate a run now records (`metrics.noise_floor.extrapolated`) is computed here for a
+result written before it existed, with the result's bootstrap settings, exactly as the run would
+have; a result that has it already is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lenbench.results import write_result
+from lenbench.results.provenance import utc_now
+from lenbench.scoring.noise_floor import extrapolated_floor
+
+log = logging.getLogger("lenbench.rescore_floor")
+
+
+def with_extrapolated_floor(result: dict) -> dict | None:
+    """A copy of a noise-floor result with its extrapolated floor, or None where it has one
+    already or cannot get one."""
+    floor = (result.get("metrics") or {}).get("noise_floor")
+    preds = result.get("predictions") or {}
+    if result.get("kind") != "reference" or not isinstance(floor, dict) \
+            or "extrapolated" in floor or not preds.get("prompt_id"):
+        return None
+    eval_cfg = (result.get("config") or {}).get("eval") or {}
+    new = json.loads(json.dumps(result))
+    new["metrics"]["noise_floor"]["extrapolated"] = extrapolated_floor(
+        np.asarray(preds["true"], dtype=np.float64), np.asarray(preds["prompt_id"]),
+        np.asarray(preds.get("censored") or [False] * len(preds["true"]), dtype=bool),
+        n_boot=int(eval_cfg.get("n_boot", 1000)), seed=int(result.get("seed", 0)),
+        ci=float(eval_cfg.get("ci", 0.95)))
+    new.setdefault("rescored", {})["noise_floor"] = {
+        "at": utc_now(), "added": ["extrapolated"], "from": "predictions (the scored rows)"}
+    return new
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lenbench.rescore_floor",
+        description="Add the extrapolated noise floor (metrics.noise_floor.extrapolated) to "
+                    "noise-floor result files, from their stored rows, in place.")
+    parser.add_argument("paths", nargs="+", help="result files or folders of them")
+    parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for p in map(Path, args.paths):
+        if not p.exists():
+            parser.error(f"{p}: no such file or folder")
+        for path in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
+            if path.name.startswith("."):
+                continue
+            new = with_extrapolated_floor(json.loads(path.read_text(encoding="utf-8")))
+            if new is None:
+                continue
+            est = new["metrics"]["noise_floor"]["extrapolated"]
+            log.info("%s: %s", path, "no prompt with enough samples" if est is None else
+                     f"{est['estimate']:.1f} {est['ci']} on {est['n_prompts']} prompts")
+            if not args.dry_run:
+                write_result(path, new)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
