@@ -15,12 +15,12 @@ import argparse
 import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from lenbench.results import write_result
 from lenbench.results.provenance import utc_now
+from lenbench.results.store import result_files
 from lenbench.scoring.noise_floor import extrapolated_floor
 
 log = logging.getLogger("lenbench.rescore_floor")
@@ -55,20 +55,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for p in map(Path, args.paths):
-        if not p.exists():
-            parser.error(f"{p}: no such file or folder")
-        for path in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
-            if path.name.startswith("."):
-                continue
-            new = with_extrapolated_floor(json.loads(path.read_text(encoding="utf-8")))
-            if new is None:
-                continue
-            est = new["metrics"]["noise_floor"]["extrapolated"]
-            log.info("%s: %s", path, "no prompt with enough samples" if est is None else
-                     f"{est['estimate']:.1f} {est['ci']} on {est['n_prompts']} prompts")
-            if not args.dry_run:
-                write_result(path, new)
+    try:
+        files = result_files(args.paths)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
+    for path in files:
+        new = with_extrapolated_floor(json.loads(path.read_text(encoding="utf-8")))
+        if new is None:
+            continue
+        est = new["metrics"]["noise_floor"]["extrapolated"]
+        log.info("%s: %s", path, "no prompt with enough samples" if est is None else
+                 f"{est['estimate']:.1f} {est['ci']} on {est['n_prompts']} prompts")
+        if not args.dry_run:
+            write_result(path, new)
     return 0
 
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ import numpy as np
 from lenbench.results import write_result
 from lenbench.results.model import MEDIAN_VARIANT, Predictions
 from lenbench.results.provenance import utc_now
+from lenbench.results.store import result_files
 from lenbench.scoring.metrics import static_metrics
 
 log = logging.getLogger("lenbench.rescore_variants")
@@ -83,15 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    files: list[Path] = []
-    for p in map(Path, args.paths):
-        if not p.exists():
-            parser.error(f"{p}: no such file or folder")
-        files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+    try:
+        files = result_files(args.paths)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
     added = 0
     for path in files:
-        if path.name.startswith("."):  # an interrupted write's temporary file
-            continue
         result = json.loads(path.read_text(encoding="utf-8"))
         figures = median_variant(result)
         if figures is None:

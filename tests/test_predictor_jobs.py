@@ -19,7 +19,7 @@ from lenbench.runtime.stage_times import recording, timed
 from lenbench.sim import memo, warmup
 from lenbench.sim.record import scheduling_record
 from tests.helpers.cli import E2E_UPSTREAM, run_lenbench
-from tests.test_sim_sweep import CFG
+from tests.test_sim_sweep import CFG, world  # noqa: F401, F811 - the fixture
 
 pytestmark = pytest.mark.skipif(not fork_pool.can_fork(), reason="needs fork()")
 
@@ -90,13 +90,9 @@ def _figures(record):
     return record
 
 
-def test_references_simulated_ahead_leave_each_predictor_only_its_own_rows(monkeypatch) -> None:
-    rng = np.random.default_rng(3)
-    true = (rng.lognormal(3.5, 0.9, 400).round() + 1).astype(np.int64)
-    cut = true >= 200
-    true[cut] = 200
-    prompt = rng.integers(5, 60, 400)
-    pred = true * np.exp(rng.normal(0, 0.5, 400))
+def test_references_simulated_ahead_leave_each_predictor_only_its_own_rows(world,  # noqa: F811
+                                                                          monkeypatch) -> None:
+    true, pred, prompt, cut = world
     monkeypatch.setenv("LENBENCH_SIM_WORKERS", "1")
     memo.clear()
     cold = scheduling_record(true, pred, prompt, "mine", CFG, censored=cut)

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +120,15 @@ def save_result(result: Mapping[str, Any], results_dir: str | os.PathLike[str],
                         beside.name)
             path = beside
     return write_result(path, result)
+
+
+def result_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every result file among `paths` (files, or folders searched recursively), in order,
+    without the hidden temporary files an interrupted write leaves; a path that does not exist
+    is a FileNotFoundError naming it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or folder")
+        out += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+    return [p for p in out if not p.name.startswith(".")]
