@@ -13,8 +13,8 @@ import pytest
 from lenbench.leaderboard.blocks import Table
 from lenbench.leaderboard.document import _main_table, family_note
 from lenbench.leaderboard.rows import build_rows
-from lenbench.rescore_variants import add_median, median_variant
 from lenbench.results import Result
+from lenbench.results.add_median import add_median, median_variant
 from lenbench.results.model import MEDIAN_VARIANT, Predictions
 from lenbench.scoring.comparisons import PROMPTS_ONLY, delta_text, separated
 

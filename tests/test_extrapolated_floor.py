@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lenbench.leaderboard.document import gap_share_cell
-from lenbench.rescore_floor import with_extrapolated_floor
+from lenbench.results.add_floor import with_extrapolated_floor
 from lenbench.scoring.noise_floor import extrapolated_floor, noise_floor_bounds
 
 

@@ -67,13 +67,16 @@ def test_paired_difference_to_the_reference(tmp_path: Path) -> None:
     probe = true + rng.normal(0, 30, true.size)
     worse = probe + np.sign(probe - true) * 5  # 5 tokens further from the truth on every row
     same = true + rng.normal(0, 30, true.size)  # as good as the probe, other noise
-    res = write(tmp_path / "res", result("mlp_probe", true, probe, ids),
-                result("worse", true, worse, ids), result("other", true, same, ids))
+    seeded = [result(name, true, pred, ids, seed=s) for s in (0, 1)
+              for name, pred in (("mlp_probe", probe), ("worse", worse), ("other", same))]
+    res = write(tmp_path / "res", *seeded, result("one_seed", true, worse, ids))
     board = build_leaderboard(res, tmp_path / "board").read_text()
     rows = table_rows(board)
     assert "Δ vs mlp_probe" in board
     assert rows["mlp_probe"][3] == "(reference)"
     assert rows["worse"][3].startswith("**+5.0** [+5.0, +5.0]")
+    # the same difference from one seed: the prompts alone, never bold, marked
+    assert rows["one_seed"][3] == "+5.0 [+5.0, +5.0]°"
     assert not rows["other"][3].startswith("**")  # its interval straddles 0
     low, high = (float(x) for x in rows["other"][3].split("[")[1].rstrip("]").split(", "))
     assert low < 0 < high

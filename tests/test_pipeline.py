@@ -83,7 +83,9 @@ def test_static_and_dynamic_metric_shapes(results):
     for name in ("constant", "prompt_length", "bin_classifier"):
         assert results[name][0]["metrics"]["dynamic"] is None
         assert results[name][0]["predictor"]["dynamic"] is False
-    assert set(results["bin_classifier"][0]["metrics"]["variants"]) == {"expectation"}
+    # its own expectation, and the median of its distribution, which every distribution
+    # predictor is scored at too
+    assert set(results["bin_classifier"][0]["metrics"]["variants"]) == {"expectation", "median"}
     # bin decoding by centre: predictions are centres of 50 bins of width 64/50
     pred = np.array(results["bin_classifier"][0]["predictions"]["pred"])
     k = pred / (64 / 50) - 0.5

@@ -54,7 +54,7 @@ contract between a run and everything that reads it later. Shape of a result::
                     from the stored predictions; kept maps each block it could not recompute
                     (e.g. "metrics.variants") to the protocol its figures are from;
                     variants {at, added, from}: the decodings `python -m
-                    lenbench.rescore_variants` added from the stored quantiles
+                    lenbench.results.add_median` added from the stored quantiles
 
 A failed run carries the identity fields, ``error`` and whatever else it has; ``metrics`` may be
 null. ``validate_result`` (validation.py) enforces this so that a broken file is reported with its

@@ -111,8 +111,7 @@ def rescore_result(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     rows = data.get("predictions") or {}
     if not rows.get("prompt_id") or not data["metrics"].get("static"):
         raise NotRescored("no stored rows with prompt ids to score again")
-    ev = (data.get("config") or {}).get("eval") or {}
-    n_boot, ci, seed = int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95)), int(data["seed"])
+    n_boot, ci, seed = stored_bootstrap(data)
     cap = _cap(data)
     out = json.loads(json.dumps(data))
     out["metrics"]["static"] = _static(data["metrics"], rows, cap, seed, n_boot, ci)
@@ -173,6 +172,13 @@ def comparison_lines(source: str, old: dict[str, Any], new: dict[str, Any],
     return lines
 
 
+def stored_bootstrap(data: dict[str, Any]) -> tuple[int, float, int]:
+    """(resamples, interval level, seed) a stored result's run bootstrapped its intervals with:
+    what a figure added to it later must use to be the figure the run would have written."""
+    ev = (data.get("config") or {}).get("eval") or {}
+    return int(ev.get("n_boot", 1000)), float(ev.get("ci", 0.95)), int(data.get("seed", 0))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lenbench.results.rescore",
@@ -216,3 +222,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

@@ -1,8 +1,8 @@
 """Add the median decoding to stored results of distribution predictors, from their quantiles.
 
-    python -m lenbench.rescore_variants leaderboard/results [more folders or files]
+    python -m lenbench.results.add_median leaderboard/results [more folders or files]
 
-    python -m lenbench.rescore_variants DIR --dry-run
+    python -m lenbench.results.add_median DIR --dry-run
 
 A distribution predictor (a 50-bin classifier, a quantile head) is scored by its point
 prediction (`predict`, often the distribution's argmax or mean); the median of its predicted
@@ -28,10 +28,11 @@ import numpy as np
 from lenbench.results import write_result
 from lenbench.results.model import MEDIAN_VARIANT, Predictions
 from lenbench.results.provenance import utc_now
+from lenbench.results.rescore import stored_bootstrap
 from lenbench.results.store import result_files
 from lenbench.scoring.metrics import static_metrics
 
-log = logging.getLogger("lenbench.rescore_variants")
+log = logging.getLogger("lenbench.results.add_median")
 
 
 def median_variant(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -49,11 +50,10 @@ def median_variant(result: dict[str, Any]) -> dict[str, Any] | None:
     values = np.asarray(median.pred, dtype=np.float64)
     if np.array_equal(values, np.asarray(preds.pred, dtype=np.float64)):
         return None
-    eval_cfg = (result.get("config") or {}).get("eval") or {}
+    n_boot, ci, seed = stored_bootstrap(result)
     cap = metrics["static"].get("length_cap")
     figures = static_metrics(np.asarray(preds.true), values, np.asarray(preds.prompt_id),
-                             n_boot=int(eval_cfg.get("n_boot", 1000)), seed=int(result["seed"]),
-                             ci=float(eval_cfg.get("ci", 0.95)),
+                             n_boot=n_boot, seed=seed, ci=ci,
                              censored=np.asarray(preds.censored or [False] * len(values),
                                                  dtype=bool), cap=cap)
     # the stored quantiles were clipped to [1, cap] already: nothing left to clip
@@ -76,7 +76,7 @@ def add_median(result: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lenbench.rescore_variants",
+        prog="python -m lenbench.results.add_median",
         description="Add the median decoding (metrics.variants.median) to result files of "
                     "distribution predictors, from their stored quantiles, in place.")
     parser.add_argument("paths", nargs="+", help="result files or folders of them")

@@ -1,6 +1,6 @@
 """Add the extrapolated noise floor to stored noise-floor results, from their stored rows.
 
-    python -m lenbench.rescore_floor leaderboard/results [more folders or files]
+    python -m lenbench.results.add_floor leaderboard/results [more folders or files]
 
 A world's noise-floor reference stores the test rows it scored (true lengths, prompt ids,
 censored flags). `scoring.noise_floor.extrapolated_floor` reads nothing else, so the single
@@ -20,10 +20,11 @@ import numpy as np
 
 from lenbench.results import write_result
 from lenbench.results.provenance import utc_now
+from lenbench.results.rescore import stored_bootstrap
 from lenbench.results.store import result_files
 from lenbench.scoring.noise_floor import extrapolated_floor
 
-log = logging.getLogger("lenbench.rescore_floor")
+log = logging.getLogger("lenbench.results.add_floor")
 
 
 def with_extrapolated_floor(result: dict) -> dict | None:
@@ -34,13 +35,12 @@ def with_extrapolated_floor(result: dict) -> dict | None:
     if result.get("kind") != "reference" or not isinstance(floor, dict) \
             or "extrapolated" in floor or not preds.get("prompt_id"):
         return None
-    eval_cfg = (result.get("config") or {}).get("eval") or {}
+    n_boot, ci, seed = stored_bootstrap(result)
     new = json.loads(json.dumps(result))
     new["metrics"]["noise_floor"]["extrapolated"] = extrapolated_floor(
         np.asarray(preds["true"], dtype=np.float64), np.asarray(preds["prompt_id"]),
         np.asarray(preds.get("censored") or [False] * len(preds["true"]), dtype=bool),
-        n_boot=int(eval_cfg.get("n_boot", 1000)), seed=int(result.get("seed", 0)),
-        ci=float(eval_cfg.get("ci", 0.95)))
+        n_boot=n_boot, seed=seed, ci=ci)
     new.setdefault("rescored", {})["noise_floor"] = {
         "at": utc_now(), "added": ["extrapolated"], "from": "predictions (the scored rows)"}
     return new
@@ -48,7 +48,7 @@ def with_extrapolated_floor(result: dict) -> dict | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lenbench.rescore_floor",
+        prog="python -m lenbench.results.add_floor",
         description="Add the extrapolated noise floor (metrics.noise_floor.extrapolated) to "
                     "noise-floor result files, from their stored rows, in place.")
     parser.add_argument("paths", nargs="+", help="result files or folders of them")
