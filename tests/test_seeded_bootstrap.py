@@ -77,4 +77,8 @@ def test_the_table_cell_reads_every_seed():
     seeds = [_Scored(true, true + off, groups) for off in (-40.0, 0.0, 40.0)]
     assert paired_cell(seeds, ref).startswith("+1")
     assert not paired_cell(seeds, ref).startswith("**")
-    assert paired_cell([_Scored(true, true + 40.0, groups)], ref).startswith("**+2")
+    # one seed a side: the prompts alone exclude 0, but a single fit is never bold
+    one = paired_cell([_Scored(true, true + 40.0, groups)], ref)
+    assert one.startswith("+2") and one.endswith("°")
+    again = [_Scored(true, true + 40.0, groups)] * 2  # two seeds that agree: bold
+    assert paired_cell(again, ref * 2).startswith("**+2")
