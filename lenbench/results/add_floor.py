@@ -11,17 +11,15 @@ have; a result that has it already is left as it is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from collections.abc import Sequence
 
 import numpy as np
 
-from lenbench.results import write_result
 from lenbench.results.provenance import utc_now
 from lenbench.results.rescore import stored_bootstrap
-from lenbench.results.store import result_files
+from lenbench.results.store import add_to_results
 from lenbench.scoring.noise_floor import extrapolated_floor
 
 log = logging.getLogger("lenbench.results.add_floor")
@@ -47,27 +45,17 @@ def with_extrapolated_floor(result: dict) -> dict | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lenbench.results.add_floor",
-        description="Add the extrapolated noise floor (metrics.noise_floor.extrapolated) to "
-                    "noise-floor result files, from their stored rows, in place.")
-    parser.add_argument("paths", nargs="+", help="result files or folders of them")
-    parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        files = result_files(args.paths)
-    except FileNotFoundError as exc:
-        parser.error(str(exc))
-    for path in files:
-        new = with_extrapolated_floor(json.loads(path.read_text(encoding="utf-8")))
+    def change(result: dict) -> tuple[dict, str] | None:
+        new = with_extrapolated_floor(result)
         if new is None:
-            continue
+            return None
         est = new["metrics"]["noise_floor"]["extrapolated"]
-        log.info("%s: %s", path, "no prompt with enough samples" if est is None else
-                 f"{est['estimate']:.1f} {est['ci']} on {est['n_prompts']} prompts")
-        if not args.dry_run:
-            write_result(path, new)
+        return new, ("no prompt with enough samples" if est is None else
+                     f"{est['estimate']:.1f} {est['ci']} on {est['n_prompts']} prompts")
+
+    add_to_results(argv, "python -m lenbench.results.add_floor",
+                   "Add the extrapolated noise floor (metrics.noise_floor.extrapolated) to "
+                   "noise-floor result files, from their stored rows, in place.", change)
     return 0
 
 

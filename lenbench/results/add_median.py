@@ -17,19 +17,18 @@ prediction is left as it is. Each file's MAE is printed beside the point predict
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from lenbench.results import write_result
 from lenbench.results.model import MEDIAN_VARIANT, Predictions
 from lenbench.results.provenance import utc_now
 from lenbench.results.rescore import stored_bootstrap
-from lenbench.results.store import result_files
+from lenbench.results.store import add_to_results
 from lenbench.scoring.metrics import static_metrics
 
 log = logging.getLogger("lenbench.results.add_median")
@@ -75,31 +74,21 @@ def add_median(result: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lenbench.results.add_median",
-        description="Add the median decoding (metrics.variants.median) to result files of "
-                    "distribution predictors, from their stored quantiles, in place.")
-    parser.add_argument("paths", nargs="+", help="result files or folders of them")
-    parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        files = result_files(args.paths)
-    except FileNotFoundError as exc:
-        parser.error(str(exc))
-    added = 0
-    for path in files:
-        result = json.loads(path.read_text(encoding="utf-8"))
+    dry_run = "--dry-run" in (sys.argv[1:] if argv is None else argv)
+
+    def change(result: dict) -> tuple[dict, str] | None:
         figures = median_variant(result)
         if figures is None:
-            continue
-        added += 1
-        log.info("%s: %s MAE %.1f, its median %.1f", path, result["predictor"]["name"],
-                 result["metrics"]["static"]["mae"], figures["mae"])
-        if not args.dry_run:
-            write_result(path, add_median(result, figures))
-    log.info("%d file(s) %s the median decoding", added,
-             "would get" if args.dry_run else "got")
+            return None
+        return add_median(result, figures), (
+            f"{result['predictor']['name']} MAE {result['metrics']['static']['mae']:.1f}, "
+            f"its median {figures['mae']:.1f}")
+
+    added = add_to_results(argv, "python -m lenbench.results.add_median",
+                           "Add the median decoding (metrics.variants.median) to result files "
+                           "of distribution predictors, from their stored quantiles, in place.",
+                           change)
+    log.info("%d file(s) %s the median decoding", added, "would get" if dry_run else "got")
     return 0
 
 

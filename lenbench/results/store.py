@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +132,33 @@ def result_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise FileNotFoundError(f"{p}: no such file or folder")
         out += sorted(p.rglob("*.json")) if p.is_dir() else [p]
     return [p for p in out if not p.name.startswith(".")]
+
+
+def add_to_results(argv: Sequence[str] | None, prog: str, description: str,
+                   change: Callable[[dict[str, Any]], tuple[dict[str, Any], str] | None]
+                   ) -> int:
+    """The command line of a tool that adds figures to stored result files in place: each file
+    among the paths given is read, `change` returns the new result and a line to log (None:
+    leave the file as it is), and the file is rewritten unless --dry-run. Returns how many
+    files changed (or would)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("paths", nargs="+", help="result files or folders of them")
+    parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        files = result_files(args.paths)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
+    changed = 0
+    for path in files:
+        found = change(json.loads(path.read_text(encoding="utf-8")))
+        if found is None:
+            continue
+        changed += 1
+        log.info("%s: %s", path, found[1])
+        if not args.dry_run:
+            write_result(path, found[0])
+    return changed
