@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from lenbench.leaderboard.blocks import (
 from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.details import details_section
 from lenbench.leaderboard.distributions import distributions_section
+from lenbench.leaderboard.greedy_beside_sampled import companion_pairs, greedy_beside_sampled
 from lenbench.leaderboard.plots import PLOT_PREFIX, progress_plot, scatter_plot
 from lenbench.leaderboard.provenance import provenance_blocks
 from lenbench.leaderboard.rows import (
@@ -35,6 +36,7 @@ from lenbench.leaderboard.rows import (
     build_rows,
     earlier_protocol,
     floor_estimate,
+    gap_share_cell,
     main_legend,
     metric_cell,
     name_cell,
@@ -57,7 +59,6 @@ from lenbench.scoring.comparisons import (
     FALLBACK_REFERENCE,
     choose_reference,
     paired_cell,
-    paired_rows,
 )
 from lenbench.stages import atomic_write_bytes
 
@@ -113,26 +114,6 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
     for row, cells in zip(rows, body):
         cells.append(str(len(row.results)))
     return Table(header, body, align, caption="main"), ref_name if ref is not None else None
-
-
-def gap_share_cell(row: Row, const: Row, floor: Mapping[str, Any]) -> str:
-    """The share of the reachable gap a row closes: (constant's MAE - the row's) / (constant's
-    MAE - the floor's estimate), with a conservative interval: the ends of the paired gain's
-    interval over the ends of the gap's (the floor's interval). A dash for reference rows."""
-    c, p, f = mean(const.values("static.mae")), mean(row.values("static.mae")), floor["estimate"]
-    if row.kind != "predictor" or c is None or p is None or c - f <= 0:
-        return DASH
-    share = (c - p) / (c - f)
-    if row is const:
-        return "0%"
-    d = paired_rows(row.scored_rows(), const.scored_rows())
-    if d is None or d["ci"] is None or not floor.get("ci") or c - floor["ci"][1] <= 0:
-        return f"{100 * share:.0f}%"
-    gain = (-d["ci"][1], -d["ci"][0])  # the paired gain over the constant
-    gap = (c - floor["ci"][1], c - floor["ci"][0])
-    lo = gain[0] / (gap[1] if gain[0] > 0 else gap[0])
-    hi = gain[1] / (gap[0] if gain[1] > 0 else gap[1])
-    return f"{100 * share:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
 
 
 def family_note(table: Table, ref_name: str | None) -> list[Block]:
@@ -363,6 +344,8 @@ def _build(results_dir: str | Path, out_dir: str | Path, reference: str = DEFAUL
             for fp in sorted(groups, key=lambda f: (f == "", f)):
                 worlds.append(_section(dataset, model, groups[fp], out, written, reference,
                                        fp or None, split_by_fingerprint=len(groups) > 1))
+    for sampled, greedy in companion_pairs(worlds):  # the same prompts, greedy and sampled
+        greedy.blocks.extend(greedy_beside_sampled(sampled, greedy))
     failures = _failed_lines(failed, problems)
 
     for stale in out.glob(f"{PLOT_PREFIX}*.png"):

@@ -22,6 +22,7 @@ CAPTION_TITLES = {
     "scheduling_sweep": "Value of prediction by load",
     "dynamic_steps": "Dynamic error by step, paired",
     "transfer": "Transfer",
+    "greedy_beside_sampled": "Greedy beside sampled",
     "index": "Overview",
 }
 
@@ -61,6 +62,13 @@ COLUMN_NOTES = {
     "Value": "its value: mean ± std over seeds for numbers",
     "Kind": "what the predictor predicts: static totals, dynamic remaining lengths, "
             "distributions; references are not predictors",
+    "MAE sampled": "static MAE on the sampled world, tokens (mean ± std over seeds)",
+    "MAE greedy": "static MAE on the same prompts answered greedily, tokens",
+    "Share of gap sampled": "share of the constant-to-floor gap closed on the sampled world",
+    "Share of gap greedy": "share of the constant's MAE closed on the greedy world (floor 0)",
+    "C-index sampled": "Harrell's C on the sampled world, mean over seeds",
+    "C-index greedy": "Harrell's C on the greedy world, mean over seeds",
+    "Seeds (sampled / greedy)": "seeds pooled in each world's row",
 }
 
 PREFIX_NOTES = (

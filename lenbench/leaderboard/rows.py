@@ -26,10 +26,12 @@ from lenbench.results import (
     config_hash,
 )
 from lenbench.results.checks import is_number
+from lenbench.scoring.comparisons import paired_rows
 
-__all__ = ["MIN_RANKING_PROMPTS", "TABLE_BLOCKS", "Row", "build_rows", "earlier_protocol",
-           "main_align", "main_header", "main_legend", "metric_cell", "name_cell", "non_causal",
-           "outdated_since", "params_key", "row_block", "row_cells", "row_marks"]
+__all__ = ["MIN_RANKING_PROMPTS", "Row", "TABLE_BLOCKS", "build_rows", "earlier_protocol",
+           "floor_estimate", "gap_share_cell", "main_align", "main_header", "main_legend",
+           "metric_cell", "name_cell", "non_causal", "outdated_since", "params_key", "row_block",
+           "row_cells", "row_marks"]
 
 MIN_RANKING_PROMPTS = 30  # fewer test prompts than this: the table says it cannot rank
 RANKED_BY = ("static.mae", "dynamic.mae")  # rows rank by the first; the second where it is absent
@@ -277,3 +279,23 @@ def row_cells(row: Row) -> list[str]:
     """The row in the main table, under `main_header()` (the paired Δ columns aside)."""
     return [name_cell(row), *(metric_cell(row, spec) for spec in metric_specs.MAIN_METRICS),
             str(len(row.results))]
+
+
+def gap_share_cell(row: Row, const: Row, floor: Mapping[str, Any]) -> str:
+    """The share of the reachable gap a row closes: (constant's MAE - the row's) / (constant's
+    MAE - the floor's estimate), with a conservative interval: the ends of the paired gain's
+    interval over the ends of the gap's (the floor's interval). A dash for reference rows."""
+    c, p, f = mean(const.values("static.mae")), mean(row.values("static.mae")), floor["estimate"]
+    if row.kind != "predictor" or c is None or p is None or c - f <= 0:
+        return DASH
+    share = (c - p) / (c - f)
+    if row is const:
+        return "0%"
+    d = paired_rows(row.scored_rows(), const.scored_rows())
+    if d is None or d["ci"] is None or not floor.get("ci") or c - floor["ci"][1] <= 0:
+        return f"{100 * share:.0f}%"
+    gain = (-d["ci"][1], -d["ci"][0])  # the paired gain over the constant
+    gap = (c - floor["ci"][1], c - floor["ci"][0])
+    lo = gain[0] / (gap[1] if gain[0] > 0 else gap[0])
+    hi = gain[1] / (gap[0] if gain[1] > 0 else gap[1])
+    return f"{100 * share:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
