@@ -70,6 +70,8 @@ def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,
     identity = run.to_dict(IDENTITY)
     if penalty_in_effect(run.generation.repetition_penalty) is None:  # off: named as before it
         identity["generation"].pop("repetition_penalty", None)        # existed
+    if not run.generation.dense_drawn:  # no drawn dense prompts: named as before the draw
+        identity["generation"].pop("dense_drawn", None)
     identity.update(predictor=computing_params(predictor_cfg), seed=seed)
     if run.transfer is not None:  # a run that also scores a transfer set: a file of its own
         identity.update(run.to_dict(("transfer",)))
@@ -99,7 +101,7 @@ def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,
             "n_prompts", "n_prompts_too_long", "n_samples", "sampling", "backend", "n_rows",
             "n_censored", "censored_rows", "real_token_fraction", "mean_L", "label_source",
             "n_prompts_unlabelled", "length_cap", "length_cap_from", "prompt_token_ids",
-            "dense_prompts", "dense_n_samples")},
+            "dense_prompts", "dense_n_samples", "dense_drawn", "dense_prompt_count")},
         "environment": environment_info(world.device),
         "git": git_info(REPO_ROOT),
         "created_at": utc_now(),

@@ -72,7 +72,7 @@ GENERATION_KEYS = ("backend", "temperature", "top_p", "max_new_tokens", "n_sampl
                    "max_prompt_tokens", "keep_censored", "shard_prompts")
 # Label-changing keys added later: in the stage key only when set, so existing caches stay valid.
 OPTIONAL_GENERATION_KEYS = ("max_length_exclusive", "dense_n_samples", "dense_prompts",
-                            "dense_split")  # and repetition_penalty, only where it acts
+                            "dense_split", "dense_drawn")  # and repetition_penalty where it acts
 
 
 @dataclass
@@ -393,7 +393,8 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
             max_length_exclusive=gen.max_length_exclusive,
             worker=worker_i, num_workers=n_workers, known=known, store=store,
             dense_prompts=int(gen.dense_prompts or 0),
-            dense_n_samples=gen.dense_n_samples, dense_split=gen.dense_split)
+            dense_n_samples=gen.dense_n_samples, dense_split=gen.dense_split,
+            dense_drawn=int(gen.dense_drawn or 0))
         card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
                      "model_dtype": model.dtype, "sample_key": sample_key(stage_cfg),
                      "shipped_world": None if shipped is None else

@@ -41,7 +41,8 @@ SCORED_SPLITS = "all"  # every split of the transfer set is scored: none was fit
 
 # the world's denser sampling of some prompts serves its noise floor and sibling distributions;
 # the transfer set is scored on every prompt alike, so it takes `n_samples` everywhere
-WORLD_ONLY_GENERATION = {"dense_prompts": None, "dense_n_samples": None, "dense_split": None}
+WORLD_ONLY_GENERATION = {"dense_prompts": None, "dense_n_samples": None, "dense_split": None,
+                         "dense_drawn": None}
 
 
 def transfer_run_config(run: RunConfig) -> RunConfig:

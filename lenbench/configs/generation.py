@@ -29,6 +29,9 @@ class GenerationConfig:
     dense_prompts: int | None = None  # the first N prompts get dense_n_samples samples ...
     dense_n_samples: int | None = None  # ... instead of n_samples (null: none denser)
     dense_split: str | None = None  # count those N among this split's prompts only
+    dense_drawn: int | None = None  # N more prompts (of dense_split) drawn by a hash of their
+    #                                 id also get dense_n_samples: a draw that source order
+    #                                 cannot bias (generation/dense_draw.py)
     shipped: str | None = None     # a shipped world (lenbench/worlds/<name>, or a folder) whose
     #                                samples are taken instead of generated, when it fits;
     #                                null: the world the model's card names, if any (toyworld)

@@ -11,7 +11,11 @@ from typing import Any
 def dense_subset(gen: Mapping[str, Any], n_prompts: int) -> tuple[int, int]:
     """(prompts, samples each) of the denser subset the labels have, (0, 0) where none."""
     dense_n = int(gen.get("dense_n_samples") or 0)
-    return (min(int(gen.get("dense_prompts") or 0), n_prompts), dense_n) if dense_n else (0, 0)
+    if not dense_n:
+        return 0, 0
+    if gen.get("dense_prompt_count") is not None:  # recorded: the first and the drawn together
+        return min(int(gen["dense_prompt_count"]), n_prompts), dense_n
+    return min(int(gen.get("dense_prompts") or 0), n_prompts), dense_n
 
 
 def label_counts(gen: Mapping[str, Any]) -> tuple[int, int, int, int] | None:

@@ -24,6 +24,7 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lenbench.contract.labels import LABEL_COLUMNS
+from lenbench.generation.dense_draw import drawn_prompts
 from lenbench.generation.hf import HFGenerator
 from lenbench.generation.length_counts import result_length
 from lenbench.generation.protocol import Generator, GenRequest, GenResult, GenStats, SamplingConfig
@@ -181,14 +182,19 @@ def _minus(a: GenStats, b: GenStats) -> GenStats:
 
 
 def dense_rows(prompts: pd.DataFrame, fits: list[bool], dense_prompts: int,
-               dense_n_samples: int | None, dense_split: str | None) -> set:
+               dense_n_samples: int | None, dense_split: str | None,
+               dense_drawn: int = 0) -> set:
     """The prompt rows that get `dense_n_samples` samples: the first `dense_prompts` rows, or
-    with `dense_split` the first of that split among those generated at all (`fits`)."""
+    with `dense_split` the first of that split among those generated at all (`fits`), and
+    `dense_drawn` more of the same rows drawn by a hash of their prompt id (dense_draw.py)."""
     if not dense_n_samples:
         return set()
     chosen = (prompts["split"] == dense_split) & pd.Series(fits, prompts.index) \
         if dense_split else pd.Series(True, prompts.index)
-    return set(prompts.index[chosen][:dense_prompts])
+    eligible = prompts.index[chosen]
+    drawn = set(drawn_prompts(prompts.loc[eligible, "prompt_id"], dense_drawn))
+    return set(eligible[:dense_prompts]) | {i for i in eligible
+                                            if prompts.at[i, "prompt_id"] in drawn}
 
 
 def generate_labels(
@@ -217,6 +223,7 @@ def generate_labels(
     dense_prompts: int = 0,
     dense_n_samples: int | None = None,
     dense_split: str | None = None,
+    dense_drawn: int = 0,
 ) -> tuple[pd.DataFrame, dict]:
     """Generate `n_samples` responses per prompt into `out_dir` (resumable); return labels + card.
 
@@ -238,7 +245,8 @@ def generate_labels(
     there with the same rendered prompt is taken as is, and only the rest are generated, each
     new shard's samples being added to `store`. The first `dense_prompts` prompts get
     `dense_n_samples` samples instead of `n_samples` (a denser subset for the noise floor);
-    with `dense_split`, the first `dense_prompts` prompts of that split.
+    with `dense_split`, the first `dense_prompts` prompts of that split; `dense_drawn` more
+    prompts of it, drawn by a hash of their id, get them too.
     """
     if not 0 <= worker < num_workers:
         raise ValueError(f"generation.worker={worker} must be in [0, {num_workers}) "
@@ -257,7 +265,7 @@ def generate_labels(
         def generator_factory():
             return HFGenerator(model, eos, batch_size=batch_size)
     dense = dense_rows(prompts, [not t for t in too_long], dense_prompts, dense_n_samples,
-                       dense_split)
+                       dense_split, dense_drawn)
 
     def samples_of(i: int) -> int:
         return int(dense_n_samples) if i in dense else n_samples
@@ -363,6 +371,8 @@ def generate_labels(
         "samples_reused": n_reused, "dense_prompts": int(dense_prompts) if dense_n_samples else 0,
         "dense_n_samples": int(dense_n_samples) if dense_n_samples else None,
         "dense_split": dense_split if dense_n_samples else None,
+        "dense_drawn": int(dense_drawn) if dense_n_samples else 0,
+        "dense_prompt_count": len(dense),  # the first dense_prompts and the drawn, together
         "mean_L": float(labels["L"].mean()) if len(labels) else None,
     }
     return labels, card

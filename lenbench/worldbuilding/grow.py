@@ -62,11 +62,13 @@ def wanted_samples(prompts: pd.DataFrame, fits: list[bool], gen: GenerationConfi
                    ) -> list[tuple[int, int]]:
     """(prompt row, sample index) of every sample the world holds when complete: the generate
     stage's own rule (`n_samples`, and `dense_n_samples` for the first `dense_prompts`
-    prompts, of `dense_split` if set), over the prompts within the prompt-token limit."""
+    prompts, of `dense_split` if set, and the `dense_drawn` drawn by hash), over the prompts
+    within the prompt-token limit."""
     from lenbench.generation.runner import dense_rows
 
     dense_n = gen.dense_n_samples
-    dense = dense_rows(prompts, fits, int(gen.dense_prompts or 0), dense_n, gen.dense_split)
+    dense = dense_rows(prompts, fits, int(gen.dense_prompts or 0), dense_n, gen.dense_split,
+                       int(gen.dense_drawn or 0))
     return [(i, s) for i in prompts.index if fits[i]
             for s in range(int(dense_n) if i in dense else int(gen.n_samples))]
 
@@ -280,6 +282,7 @@ def _transfer_block(run: RunConfig, ps_card, prompts, wanted, present, files, ou
 CARD_GENERATION_KEYS = ("temperature", "top_p", "repetition_penalty", "max_new_tokens", "seed",
                         "n_samples", "dense_prompts", "dense_n_samples", "dense_split",
                         "keep_censored", "max_prompt_tokens", "backend")
+OPTIONAL_CARD_KEYS = ("dense_drawn",)  # recorded where set, so earlier cards stay as they are
 
 
 def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, present, files,
@@ -291,7 +294,8 @@ def _card(name, description, run: RunConfig, key, ps_card, prompts, wanted, pres
     card = {
         "name": name, "version": folder_version(name), "description": description,
         "dataset": _dataset_block(run.dataset, ps_card, prompts, wanted),
-        "generation": {k: getattr(gen, k) for k in CARD_GENERATION_KEYS},
+        "generation": {**{k: getattr(gen, k) for k in CARD_GENERATION_KEYS},
+                       **{k: getattr(gen, k) for k in OPTIONAL_CARD_KEYS if getattr(gen, k)}},
         "model_dtype": run.model.dtype,
         "sample_key": key,
         "progress": {"wanted_samples": len(wanted), "shipped_samples": present,

@@ -37,7 +37,7 @@ CARD_FILE = "card.json"
 # land in the one sample store that `grow` reads, however far the world had grown
 NOT_SAMPLE_KEYS = ("n_samples", "shard_prompts", "keep_censored", "max_prompt_tokens",
                    "max_length_exclusive", "dense_prompts", "dense_n_samples", "dense_split",
-                   "shipped")
+                   "dense_drawn", "shipped")
 
 
 class ShippedWorldError(ValueError):
