@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from lenbench.configs import RunConfig
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.contract.predictor import Predictor
 from lenbench.contract.views import SplitView
+from lenbench.generation.dense_draw import drawn_prompts
 from lenbench.generation.protocol import penalty_in_effect
 from lenbench.pipeline import World
 from lenbench.results import (
@@ -323,6 +325,17 @@ def failed_result(world: World, name: str, predictor_cfg: dict, run: RunConfig, 
 NOISE_FLOOR_SEED = 0  # one reference per world: the same file whatever the predictors' seed
 
 
+def drawn_test_prompts(run: RunConfig, labels: pd.DataFrame) -> list[str] | None:
+    """The test prompts the world's generation drew by hash for dense sampling
+    (`generation.dense_drawn`), as the generate stage drew them; None where it drew none."""
+    gen = run.generation
+    if not gen.dense_drawn or not gen.dense_n_samples:
+        return None
+    among = labels if gen.dense_split is None else labels[labels["split"] == gen.dense_split]
+    test = set(labels.loc[labels["split"] == "test", "prompt_id"])
+    return [p for p in drawn_prompts(among["prompt_id"], int(gen.dense_drawn)) if p in test]
+
+
 def noise_floor_result(world: World, run: RunConfig,
                        seed: int | None = None) -> dict[str, Any] | None:
     """The irreducible-error reference: bounds on the error of knowing each prompt's median.
@@ -356,7 +369,8 @@ def noise_floor_result(world: World, run: RunConfig,
         "dynamic": None, "variants": {}}
     if result["metrics"]["noise_floor"] is not None:  # one estimate, from the dense prompts
         result["metrics"]["noise_floor"]["extrapolated"] = extrapolated_floor(
-            true, groups, censored, n_boot=n_boot, seed=NOISE_FLOOR_SEED, ci=ci)
+            true, groups, censored, n_boot=n_boot, seed=NOISE_FLOOR_SEED, ci=ci,
+            prompts=drawn_test_prompts(run, world.labels))
     # the predictors' CRPS threshold (from every test row), so that the paired rows score alike
     threshold = score_threshold(cap, true, censored)
     siblings, has = sibling_distributions(true, groups)

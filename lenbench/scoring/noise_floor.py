@@ -11,6 +11,7 @@ cap itself, whose error is known. Both bounds below therefore hold with censored
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -139,8 +140,8 @@ def _extrapolate(curve: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
 
 def extrapolated_floor(lengths: np.ndarray, groups: np.ndarray,
                        censored: np.ndarray | None = None, min_samples: int = DENSE_SAMPLES,
-                       n_boot: int = 1000, seed: int = 0, ci: float = 0.95
-                       ) -> dict[str, Any] | None:
+                       n_boot: int = 1000, seed: int = 0, ci: float = 0.95,
+                       prompts: Collection | None = None) -> dict[str, Any] | None:
     """One estimate of the irreducible MAE: the error of knowing each prompt's true median.
 
     The in-sample and leave-one-out bounds (`noise_floor_bounds`) bracket it widely because a
@@ -149,7 +150,9 @@ def extrapolated_floor(lengths: np.ndarray, groups: np.ndarray,
     samples, falls as j grows towards the floor D(inf); the excess of an estimated median's
     error shrinks as 1/j for large j. So D(j) for j = 3 .. min_samples - 1 (averaged over the
     rows, censored ones scored as the point metrics score them) is fitted by D_inf + a / j, and
-    D_inf is the estimate; its interval redraws the prompts. None with no such prompt.
+    D_inf is the estimate; its interval redraws the prompts. With `prompts` (group ids, such as
+    the prompts a world drew by hash), only those of them are used: prompts densely sampled
+    for being first in the source are no random draw. None with no such prompt.
     """
     lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
     gid = _group_ids(groups, lengths.size, "extrapolated_floor")
@@ -161,8 +164,10 @@ def extrapolated_floor(lengths: np.ndarray, groups: np.ndarray,
     sizes = np.arange(FIRST_FIT_SIZE, min_samples)
     rng = np.random.default_rng([seed, 2])
     curves, weights = [], []
+    keep = None if prompts is None else set(prompts)
+    names = np.asarray(groups).reshape(-1)
     for rows in _rows_by_group(gid):
-        if rows.size >= min_samples:
+        if rows.size >= min_samples and (keep is None or names[rows[0]] in keep):
             curves.append(median_error_curve(lengths[rows], cens[rows],
                                              range(FIRST_FIT_SIZE, min_samples), rng))
             weights.append(rows.size)
@@ -179,5 +184,6 @@ def extrapolated_floor(lengths: np.ndarray, groups: np.ndarray,
         interval = [float(np.percentile(reps, tail)), float(np.percentile(reps, 100 - tail))]
     return {"estimate": estimate, "ci": interval, "slope": slope,
             "n_prompts": len(c), "n": int(w.sum()), "min_samples": int(min_samples),
+            "prompts": "all dense" if prompts is None else "drawn",
             "fit_sizes": [int(j) for j in sizes],
             "curve": [float(v) for v in w @ c / w.sum()]}
