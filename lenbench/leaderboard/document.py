@@ -58,6 +58,7 @@ from lenbench.scoring.comparisons import (
     DEFAULT_REFERENCE,
     FALLBACK_REFERENCE,
     choose_reference,
+    gain_split,
     paired_cell,
 )
 from lenbench.stages import atomic_write_bytes
@@ -77,6 +78,21 @@ def _delta_cell(row: Row, ref: Row, kind: str) -> str:
             row.variant is not None or not row.values("dynamic.mae"))):
         return DASH
     return paired_cell(row.scored_rows(), ref.scored_rows(), kind)
+
+
+GAIN_SPLIT = "Gain: ended / capped"
+
+
+def _gain_cell(row: Row, const: Row) -> str:
+    """The row's MAE gain over the constant from the rows that ended and from the censored
+    ones (a dash for references, the constant, and a world without censored rows)."""
+    if row.kind != "predictor" or row is const:
+        return DASH
+    split = gain_split(row.scored_rows(), const.scored_rows())
+    if split is None or not any((p.censored or [False]).count(True) for p in
+                                row.scored_rows() if p is not None):
+        return DASH
+    return f"{split[0]:+.1f} / {split[1]:+.1f}"
 
 
 def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
@@ -109,6 +125,11 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
         align.append(RIGHT)
         for row, cells in zip(rows, body):
             cells.append(gap_share_cell(row, const, floor))
+    if const is not None and any(_gain_cell(row, const) != DASH for row in rows):
+        header.append(GAIN_SPLIT)
+        align.append(RIGHT)
+        for row, cells in zip(rows, body):
+            cells.append(_gain_cell(row, const))
     header.append("Seeds")
     align.append(RIGHT)
     for row, cells in zip(rows, body):

@@ -62,6 +62,8 @@ COLUMN_NOTES = {
     "Value": "its value: mean ± std over seeds for numbers",
     "Kind": "what the predictor predicts: static totals, dynamic remaining lengths, "
             "distributions; references are not predictors",
+    "Gain: ended / capped": "the MAE gain over the constant from the rows that ended and from "
+                            "the censored rows, tokens per test row",
     "MAE sampled": "static MAE on the sampled world, tokens (mean ± std over seeds)",
     "MAE greedy": "static MAE on the same prompts answered greedily, tokens",
     "Share of gap sampled": "share of the constant-to-floor gap closed on the sampled world",

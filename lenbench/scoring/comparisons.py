@@ -98,6 +98,23 @@ def paired_rows(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRow
                              ci=ci)
 
 
+def gain_split(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None]
+               ) -> tuple[float, float] | None:
+    """The reference's MAE minus this predictor's (errors averaged over seeds row by row), split
+    into what the rows that ended before the cap and the censored rows contribute: (ended,
+    censored), in tokens per test row, summing to the whole gain. None where the two cannot be
+    paired or the rows record no censoring."""
+    mine, ref = row_errors(runs), row_errors(reference)
+    first = next((p for p in runs if p is not None), None)
+    if mine is None or ref is None or first is None or first.censored is None or \
+            not np.array_equal(mine[1], ref[1]) or not np.array_equal(mine[2], ref[2]):
+        return None
+    gain = ref[0] - mine[0]
+    cens = np.asarray(first.censored, dtype=bool)
+    n = gain.size
+    return float(gain[~cens].sum() / n), float(gain[cens].sum() / n)
+
+
 def paired_cell(runs: Sequence[ScoredRows | None], reference: Sequence[ScoredRows | None],
                 kind: str = "static", n_boot: int = 1000, ci: float = 0.95) -> str:
     """This predictor's error, over its runs' scored rows, minus the reference's, as
