@@ -340,3 +340,23 @@ def test_predictors_alone_leave_the_decoding_variants_out(figures):
                           figures).problems
     assert check_text(f"{V2}x <!-- check: lowest * static.mae: {best_main} -->",
                       figures).problems
+
+
+def test_a_variant_pairs_by_its_stored_rows_and_the_gain_parts_add_up(figures):
+    """`bin_classifier/median vs mlp_probe static.mae` is the table's Δ of the median row, and
+    the parts from the rows that ended and from the censored ones sum to the whole Δ."""
+    world = World.parse(SMOL_V2)
+    whole = figures.paired(world, "bin_classifier/median", "constant", "static.mae")
+    ended = figures.paired(world, "bin_classifier/median", "constant", "static.mae.ended")
+    capped = figures.paired(world, "bin_classifier/median", "constant", "static.mae.capped")
+    assert abs(ended.value + capped.value - whole.value) < 1e-9
+    assert whole.value != figures.paired(world, "bin_classifier", "constant", "static.mae").value
+    text = f"{whole.value:+.1f}"
+    held = check_text(f"{V2}x <!-- check: bin_classifier/median vs constant static.mae = "
+                      f"{text} -->", figures)
+    assert not held.problems, held.problems
+    planted = check_text(f"{V2}x <!-- check: bin_classifier/median vs constant "
+                         f"static.mae.capped = {capped.value + 1:+.1f} -->", figures)
+    assert len(planted.problems) == 1
+    with pytest.raises(FigureError, match="variant"):
+        figures.paired(world, "bin_classifier/median", "constant", "dynamic.mae")

@@ -31,11 +31,14 @@ import numpy as np
 from lenbench.leaderboard.table import results_table
 from lenbench.results import Result, load_results
 from lenbench.results.checks import is_number
-from lenbench.scoring.comparisons import paired_rows
+from lenbench.scoring.comparisons import gain_split, paired_rows
 from lenbench.scoring.metrics import paired_difference
 
 SEED_STD = ".seed_std"  # a path's suffix: the figure's spread over seeds, not its mean
 SIBLINGS = "noise_floor"  # the reference result that holds the sibling distribution's CRPS
+
+# `a vs b` of these: the paired MAE difference from the rows that ended, and from the censored
+GAIN_PARTS = ("static.mae.ended", "static.mae.capped")
 
 
 class FigureError(ValueError):
@@ -206,24 +209,44 @@ class Figures:
                         len(steps) == len(found) else list(range(len(found)))
         raise FigureError(f"{path} of {predictor} in {world} is not a list of steps")
 
+    def scored_rows(self, world: World, name: str) -> list[Any]:
+        """The scored rows of `name` (`predictor` or `predictor/variant`: that decoding's
+        stored rows), one per seed in seed order."""
+        predictor, _, variant = name.partition("/")
+        runs = [r.predictions for r in self.results_of(world, predictor)]
+        return [p.decoded(variant) if variant and p is not None else p for p in runs]
+
     def paired(self, world: World, a: str, b: str, path: str, step: int | None = None
                ) -> Figure:
         """a's figure minus b's, paired as the module doc says; FigureError where the two
-        cannot be paired."""
+        cannot be paired. A side may name a decoding variant (`predictor/variant`) for the
+        static MAE and its parts."""
+        if "/" in a + b and not (step is None and path in ("static.mae", *GAIN_PARTS)):
+            raise FigureError(f"{a} vs {b}: a variant pairs on the static MAE and its parts only")
         if step is None and path in ("static.mae", "dynamic.mae"):
             return self._paired_rows(world, a, b, path.split(".")[0])
         if step is None and path == "distribution.static.crps":
             return self._paired_crps(world, a, b)
         if step is None and path == "scheduling.score":
             return self._paired_schedule(world, a, b)
+        if step is None and path in GAIN_PARTS:
+            return self._paired_part(world, a, b, GAIN_PARTS.index(path))
         return Figure(self.get(world, a, path, step).value - self.get(world, b, path, step).value)
 
     def _paired_rows(self, world: World, a: str, b: str, kind: str) -> Figure:
-        found = paired_rows([r.predictions for r in self.results_of(world, a)],
-                            [r.predictions for r in self.results_of(world, b)], kind)
+        found = paired_rows(self.scored_rows(world, a), self.scored_rows(world, b), kind)
         if found is None:
             raise FigureError(f"{a} and {b} in {world} cannot be paired on {kind} errors")
         return _paired_figure(found)
+
+    def _paired_part(self, world: World, a: str, b: str, part: int) -> Figure:
+        """a's MAE minus b's from the rows that ended (part 0) or the censored ones (1), in
+        tokens per test row, as the main table's gain column splits it (with the sign flipped:
+        there b's MAE minus a's)."""
+        split = gain_split(self.scored_rows(world, a), self.scored_rows(world, b))
+        if split is None:
+            raise FigureError(f"{a} and {b} in {world} cannot be paired on censored rows")
+        return Figure(-split[part])
 
     def _paired_crps(self, world: World, a: str, b: str) -> Figure:
         def rows(name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ paths exist), `a vs b path` for a's paired difference to b, and `-` or `/` betwe
 `@all` reads every step of a list figure, `@0,8,16` the ones listed; `*` for the predictor
 reads each row of the world's table that has the figure, every predictor and each variant
 (`{predictor}` in the path stands for its name), and `a,b,c` each of those listed; on both sides
-of `vs` they read every pair but a predictor with itself (a variant has no paired difference),
+of `vs` they read every pair but a predictor with itself (a variant pairs by its stored rows),
 and `-` or `/` between two of them meets on the predictors both read. `figure = number [low,
 high]` holds when the figure and its interval round to the number as written; a comparison with
 a number compares the figure rounded as the number is written.
@@ -166,14 +166,12 @@ def _names(word: str, world: World, figures: Figures) -> list[str] | None:
 
 def _read(figures: Figures, world: World, name: str, ref: str | None, path: str,
           step: int | None) -> Figure:
-    """name's figure, or its paired difference to ref (a variant's rows are not stored, so a
-    variant has no paired difference)."""
+    """name's figure, or its paired difference to ref (`predictor/variant` on either side: that
+    decoding's stored rows, for the static MAE and its parts)."""
     predictor, _, variant = name.partition("/")
     if ref is None:
         return figures.get(world, predictor, path, step, variant)
-    if variant or "/" in ref:
-        raise FigureError(f"{name} vs {ref}: a variant has no paired difference")
-    return figures.paired(world, predictor, ref, path, step)
+    return figures.paired(world, name, ref, path, step)
 
 
 def _figure_term(text: str, world: World, figures: Figures) -> dict[Key, Figure]:
