@@ -314,12 +314,26 @@ def _fmt(x: Any, digits: int = 1) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def _floor_text(bounds: dict[str, Any] | None) -> tuple[str, list | None] | None:
+    """The noise floor as the leaderboard shows it: its one estimate where the world has dense
+    prompts, else the range from its optimistic to its pessimistic bound; with its interval."""
+    if not bounds:
+        return None
+    estimate = bounds.get("extrapolated") or {}
+    if estimate.get("estimate") is not None:
+        return _fmt(estimate["estimate"]), estimate.get("ci")
+    if bounds.get("in_sample") is None:
+        return None
+    return (f"{bounds['in_sample']:.1f} – {bounds['leave_one_out']:.1f}",
+            bounds.get("interval"))
+
+
 def _summary(written: list[dict[str, Any]]) -> None:
     from lenbench.results import Result
 
     results = [Result.from_mapping(r) for r in written]
     table = Table(title="lenbench results (test split)")
-    for col in ("predictor", "status", "static MAE", "95% CI", "Kendall τ", "dynamic MAE",
+    for col in ("predictor", "status", "static MAE", "95% CI", "C-index", "dynamic MAE",
                 "fit s"):
         table.add_column(col)
     # the static MAE on the transfer set (dataset@transfer=...), when the run scored one
@@ -329,10 +343,12 @@ def _summary(written: list[dict[str, Any]]) -> None:
         table.add_column("transfer MAE")
     for r, a in zip(results, away):
         st, dy = r.metrics.static or {}, r.metrics.dynamic or {}
-        ci = st.get("mae_ci")
-        table.add_row(r.predictor.name, r.status, _fmt(st.get("mae")),
+        mae, ci = _fmt(st.get("mae")), st.get("mae_ci")
+        if (floor := _floor_text(r.metrics.noise_floor)) is not None:
+            mae, ci = floor
+        table.add_row(r.predictor.name, r.status, mae,
                       "—" if not ci else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
-                      _fmt(st.get("kendall_tau"), 3), _fmt(dy.get("mae")),
+                      _fmt(st.get("c_index"), 2), _fmt(dy.get("mae")),
                       _fmt(r.timings.fit_s, 2), *([_fmt(a.get("mae"))] if any(away) else []))
     Console(stderr=True).print(table)
 
