@@ -49,7 +49,7 @@ from lenbench.results import (
     PROTOCOL_CHANGES,
     ErrorInfo,
     Result,
-    load_results,
+    load_results_from,
     safe_name,
 )
 from lenbench.results.checks import is_number
@@ -335,9 +335,12 @@ def build_leaderboard(results_dir: str | Path, out_dir: str | Path,
     return _build(results_dir, out_dir, reference, site)[0]
 
 
-def _build(results_dir: str | Path, out_dir: str | Path, reference: str = DEFAULT_REFERENCE,
-           site: bool = True) -> tuple[Path, dict[str, int], list[str]]:
-    results, problems = load_results(results_dir)
+def _build(results_dir: str | Path | Sequence[str | Path], out_dir: str | Path,
+           reference: str = DEFAULT_REFERENCE, site: bool = True
+           ) -> tuple[Path, dict[str, int], list[str]]:
+    folders = [results_dir] if isinstance(results_dir, str | Path) else list(results_dir)
+    results_dir = folders[0]  # the result links start here (load_results_from)
+    results, problems = load_results_from(folders)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -389,9 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "with plots, and the same tables as a web site: OUT/index.html (every world "
                     "side by side, filters) and one page per world, self-contained (opens from "
                     "file://, fetches nothing).")
-    parser.add_argument("--results", default=PathsConfig.results_dir,
-                        help="folder of result JSON files (default: %(default)s, where `lenbench` "
-                             "writes; the published ones: leaderboard/results)")
+    parser.add_argument("--results", action="append", default=None,
+                        help="folder of result JSON files (default: "
+                             f"{PathsConfig.results_dir}, where `lenbench` writes; the published "
+                             "ones: leaderboard/results); give it again to put several folders "
+                             "in one leaderboard, such as your runs beside the published ones")
     parser.add_argument("--out", default=PathsConfig.leaderboard_dir,
                         help="folder for README.md and plots (default: %(default)s; the "
                              "published leaderboard: leaderboard)")
@@ -406,22 +411,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write README.md and plots only, not the web pages")
     args = parser.parse_args(argv)
 
-    results_dir = Path(args.results)
-    if not results_dir.is_dir():
-        print(f"lenbench-leaderboard: results folder '{results_dir}' does not exist. Run "
-              "`lenbench` first, or pass --results PATH to the folder holding the result JSON "
-              "files.", file=sys.stderr)
-        return 2
-    readme, counts, problems = _build(results_dir, args.out, args.reference, not args.no_site)
+    folders = [Path(f) for f in args.results or [PathsConfig.results_dir]]
+    for results_dir in folders:
+        if not results_dir.is_dir():
+            print(f"lenbench-leaderboard: results folder '{results_dir}' does not exist. Run "
+                  "`lenbench` first, or pass --results PATH to the folder holding the result "
+                  "JSON files.", file=sys.stderr)
+            return 2
+    readme, counts, problems = _build(folders, args.out, args.reference, not args.no_site)
     for p in problems:
         print(f"warning: invalid result file {p}", file=sys.stderr)
     site = "" if args.no_site else f" and the site ({readme.parent / 'index.html'})"
-    print(f"wrote {readme}, its plots{site} from {results_dir}: {counts['ok']} ok, "
+    print(f"wrote {readme}, its plots{site} from {', '.join(map(str, folders))}: "
+          f"{counts['ok']} ok, "
           f"{counts['failed']} failed, {counts['invalid']} invalid result file(s)")
     if args.table:
-        from lenbench.leaderboard.table import load_table
+        from lenbench.leaderboard.table import results_table
 
-        table, _ = load_table(results_dir)
+        table = results_table(load_results_from(folders)[0])
         Path(args.table).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.table, index=False)
         print(f"wrote {args.table}: {len(table)} rows")

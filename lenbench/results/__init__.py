@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from lenbench.results.checks import ResultError
-from lenbench.results.loading import load_result, load_results, read_result
+from lenbench.results.loading import load_result, load_results, load_results_from, read_result
 from lenbench.results.model import (
     DatasetInfo,
     DistributionScores,
@@ -100,8 +100,8 @@ __all__ = ["DISPLAY_ONLY_KEYS", "PROTOCOL_CHANGES", "PROTOCOL_VERSION", "SCHEMA_
            "DatasetInfo", "DistributionScores", "ErrorInfo", "Fingerprints", "Metrics",
            "ModelInfo", "PredictorInfo", "Predictions", "Result", "ResultError", "Timings",
            "Transfer", "computing_params", "config_hash", "environment_info", "git_info",
-           "json_safe", "load_result", "load_results", "read_result", "result_path", "safe_name",
-           "utc_now", "validate_result", "write_result"]
+           "json_safe", "load_result", "load_results", "load_results_from", "read_result",
+           "result_path", "safe_name", "utc_now", "validate_result", "write_result"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ the same way everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from lenbench.results.checks import REGENERATE, ResultError
 from lenbench.results.model import Result
 from lenbench.results.validation import validate_result
 
-__all__ = ["load_result", "load_results", "read_result"]
+__all__ = ["load_result", "load_results", "load_results_from", "read_result"]
 
 
 def read_result(data: Any, source: str = "<result>") -> Result:
@@ -58,4 +60,21 @@ def load_results(results_dir: str | os.PathLike[str]) -> tuple[list[Result], lis
             results.append(load_result(path, source=rel))
         except ResultError as exc:
             problems.append(str(exc))
+    return results, problems
+
+
+def load_results_from(folders: Sequence[str | os.PathLike[str]]
+                      ) -> tuple[list[Result], list[str]]:
+    """`load_results` over several folders, as one: each result's `source` is its path relative
+    to the first folder (`../results/...` for one beside it), so that a link built from the
+    first folder reaches every file."""
+    first = Path(folders[0])
+    results: list[Result] = []
+    problems: list[str] = []
+    for folder in folders:
+        found, bad = load_results(folder)
+        prefix = Path(os.path.relpath(Path(folder).resolve(), first.resolve())).as_posix()
+        results += found if prefix == "." else \
+            [dataclasses.replace(r, source=f"{prefix}/{r.source}") for r in found]
+        problems += bad
     return results, problems
