@@ -213,6 +213,7 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
         prepare_transfer,
         transfer_noise_floor,
         transfer_run_config,
+        transfer_size_note,
     )
 
     container, members = check_run_config(cfg)
@@ -230,6 +231,8 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
         log.info("label import: predictors clip lengths to %d (generation.max_new_tokens "
                  "takes the trace's cap)", cap)
     check_transfer(config, cap)  # a second prompt set (dataset@transfer=...), if any
+    if (note := transfer_size_note(config)) is not None and not worker:
+        log.info(note)
     configure_threads(config.threads)
     progress = bool(config.progress)
     if worker:

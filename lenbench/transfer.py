@@ -63,6 +63,17 @@ def _renamed(line: str) -> str:
     return f"{FIELD}: {line}"
 
 
+def transfer_size_note(run: RunConfig) -> str | None:
+    """One line for a run whose world was made smaller (`dataset.limit`) than its transfer set
+    may be: the transfer set keeps its own limit, and this says how to drop or shrink it."""
+    ds, world = run.transfer, run.dataset
+    if ds is None or world.limit is None or (ds.limit is not None and ds.limit <= world.limit):
+        return None
+    most = "no limit" if ds.limit is None else f"up to {ds.limit} prompts"
+    return (f"the transfer set ({ds.name}, {most}) is answered and scored too, beside "
+            f"dataset.limit={world.limit}: transfer=null drops it, transfer.limit=N shrinks it")
+
+
 def check_transfer(run: RunConfig, world_cap: int | None) -> None:
     """Refuse a transfer set that cannot be scored, one line naming the field, before any
     model work. `world_cap` is the world's imported-trace cap (None when it is generated).

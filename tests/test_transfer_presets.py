@@ -27,3 +27,16 @@ def test_the_smollm2_preset_still_brings_its_longer_prompts():
     run = compose("real_smollm2")
     assert (run.transfer.min_words, run.transfer.max_words, run.transfer.limit) == (61, 120, 400)
     assert run.transfer.turns == "first" and run.dataset.max_words == 60
+
+
+def test_a_smaller_world_says_in_one_line_how_to_drop_its_transfer_set():
+    from lenbench.transfer import transfer_size_note
+
+    note = transfer_size_note(compose("real_smollm2", ["dataset.limit=24"]))
+    assert note is not None and "transfer=null" in note and "transfer.limit=N" in note
+    assert "400" in note and "dataset.limit=24" in note
+    assert transfer_size_note(compose("real_smollm2")) is None  # 2,250 prompts, 400 transfer
+    assert transfer_size_note(compose("real_smollm2", ["dataset.limit=24", "transfer.limit=10"])
+                              ) is None
+    assert transfer_size_note(compose("real_smollm2", ["dataset.limit=24", "transfer=null"])
+                              ) is None
