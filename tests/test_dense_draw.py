@@ -11,8 +11,8 @@ from test_world_growth import CountingFactory, _run, _tokens
 from lenbench.configs import group_config
 from lenbench.generation.dense_draw import draw_rank, drawn_prompts
 from lenbench.generation.label_counts import label_counts
-from lenbench.worlds.sample_store import SampleStore
 from lenbench.worldbuilding.grow import wanted_samples
+from lenbench.worlds.sample_store import SampleStore
 
 
 def test_the_draw_is_fixed_by_the_ids_alone_and_a_larger_draw_extends_a_smaller():
