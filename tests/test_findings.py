@@ -360,3 +360,16 @@ def test_a_variant_pairs_by_its_stored_rows_and_the_gain_parts_add_up(figures):
     assert len(planted.problems) == 1
     with pytest.raises(FigureError, match="variant"):
         figures.paired(world, "bin_classifier/median", "constant", "dynamic.mae")
+
+
+def test_the_leaderboards_which_predictor_when_holds_against_the_committed_results(figures):
+    """The verdict's sentences in leaderboard/README.md cite figures of the committed results;
+    each must hold, and naming another predictor as the most accurate fails."""
+    from lenbench.leaderboard.verdict import which_predictor_when
+
+    text = which_predictor_when((REPO / "leaderboard" / "README.md").read_text(encoding="utf-8"))
+    report = check_text(text, figures)
+    assert report.claims >= 4 and not report.problems, report.problems
+    best = re.search(r"lowest \* static\.mae: (\S+?)[;\s]", text).group(1)
+    planted = text.replace(f"lowest * static.mae: {best}", "lowest * static.mae: constant", 1)
+    assert check_text(planted, figures).problems

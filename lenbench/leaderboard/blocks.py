@@ -80,7 +80,15 @@ class Items:
     items: list[str]
 
 
-Block = Heading | Text | Table | Caption | Image | Items
+@dataclass
+class Comment:
+    """A note for the markdown's machine readers (the findings checker's `world:` and `check:`
+    markers): an HTML comment in the markdown, left out of the web pages."""
+
+    text: str
+
+
+Block = Heading | Text | Table | Caption | Image | Items | Comment
 
 
 def table_markdown(header: Sequence[str], align: Sequence[str],
@@ -99,6 +107,8 @@ def block_markdown(block: Block) -> str:
         return f"![{block.alt}]({block.src})"
     if isinstance(block, Items):
         return "\n".join(f"- {item}" for item in block.items)
+    if isinstance(block, Comment):
+        return f"<!-- {block.text} -->"
     return block.text
 
 

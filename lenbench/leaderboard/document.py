@@ -45,6 +45,7 @@ from lenbench.leaderboard.rows import (
 from lenbench.leaderboard.scheduling import scheduling_section
 from lenbench.leaderboard.site import World, write_site
 from lenbench.leaderboard.transfer import transfer_section
+from lenbench.leaderboard.verdict import verdict_blocks
 from lenbench.results import (
     PROTOCOL_CHANGES,
     ErrorInfo,
@@ -370,6 +371,7 @@ def _build(results_dir: str | Path | Sequence[str | Path], out_dir: str | Path,
                                        fp or None, split_by_fingerprint=len(groups) > 1))
     for sampled, greedy in companion_pairs(worlds):  # the same prompts, greedy and sampled
         greedy.blocks.extend(greedy_beside_sampled(sampled, greedy))
+    intro += verdict_blocks(worlds, out, written)  # the front page decides first
     failures = _failed_lines(failed, problems)
 
     for stale in out.glob(f"{PLOT_PREFIX}*.png"):

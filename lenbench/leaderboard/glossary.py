@@ -23,6 +23,7 @@ CAPTION_TITLES = {
     "dynamic_steps": "Dynamic error by step, paired",
     "transfer": "Transfer",
     "greedy_beside_sampled": "Greedy beside sampled",
+    "verdict": "Verdict",
     "index": "Overview",
 }
 
@@ -64,6 +65,10 @@ COLUMN_NOTES = {
             "distributions; references are not predictors",
     "Gain: ended / capped": "the MAE gain over the constant from the rows that ended and from "
                             "the censored rows, tokens per test row",
+    "Tier": "accuracy tier from the paired tests: 1 is the most accurate group",
+    "Serving gain": "seconds cut from FCFS's mean latency at the headline load, and the share",
+    "Training": "training time where the results were made",
+    "Use it when": "when this predictor is the one to use, in plain words",
     "MAE sampled": "static MAE on the sampled world, tokens (mean ± std over seeds)",
     "MAE greedy": "static MAE on the same prompts answered greedily, tokens",
     "Share of gap sampled": "share of the constant-to-floor gap closed on the sampled world",

@@ -14,7 +14,17 @@ import re
 from collections.abc import Iterable, Sequence
 
 from lenbench.leaderboard.assets import CSP, SCRIPT, STYLE
-from lenbench.leaderboard.blocks import LEFT, Block, Caption, Cell, Heading, Image, Items, Table
+from lenbench.leaderboard.blocks import (
+    LEFT,
+    Block,
+    Caption,
+    Cell,
+    Comment,
+    Heading,
+    Image,
+    Items,
+    Table,
+)
 from lenbench.leaderboard.glossary import column_note
 
 
@@ -119,7 +129,7 @@ def blocks_html(blocks: Iterable[Block], anchors: dict[int, str], shift: int = 0
     ids = set() if ids is None else ids
     out = []
     for block in blocks:
-        if isinstance(block, Caption):
+        if isinstance(block, Caption | Comment):
             continue
         if isinstance(block, Heading):
             level = min(6, max(1, block.level - shift))

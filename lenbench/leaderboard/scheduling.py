@@ -127,6 +127,23 @@ def _sched_stats(runs: list[_SchedRun], metric: str | None) -> dict[str, dict[st
     return _sched_pooled(scored, metric)
 
 
+def serving_gain(results: Sequence[Result]) -> tuple[float, float] | None:
+    """What a predictor's order is worth at its section's headline setting: the seconds it cuts
+    from the FCFS baseline's mean latency of all requests, and that as a share of the
+    baseline's, pooled over its scored runs as the scheduling table pools them; None where it
+    was not scored there, or the section withholds its score (no load where queueing matters)."""
+    if any((r.scheduling or {}).get("score_withheld") for r in results):
+        return None
+    metric = next(((r.scheduling or {}).get("score_metric") for r in results
+                   if (r.scheduling or {}).get("score_metric")), None)
+    stats = _sched_stats(paired_runs(results), metric)
+    gain = (stats.get("gain_s") or {}).get("value")
+    change = (stats.get("e2e_mean_all") or {}).get("value")
+    if not is_number(gain) or not is_number(change):
+        return None
+    return float(gain), float(-change)
+
+
 def _sched_cells(name: str, runs: list[_SchedRun], metric: str | None,
                  withheld: bool = False) -> list[str]:
     """One table row. The baseline shows absolute seconds; every other row its score with

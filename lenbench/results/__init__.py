@@ -11,7 +11,8 @@ contract between a run and everything that reads it later. Shape of a result::
     kind            "predictor" | "reference"
     dataset         {name, key, n_train, n_val, n_test, n_test_prompts, mean_L}
     model           {name, key, source: optional (where converted weights came from)}
-    predictor       {name, target, params, dynamic, reads_next_token: optional}
+    predictor       {name, target, params, dynamic, reads_next_token: optional, reads: optional
+                    {text, target_states, target_model}}
     seed            int
     config_hash     str  (config_hash() of the resolved config, seed included, the predictor's
                     display-only settings left out: `computing_params`)

@@ -70,11 +70,13 @@ class PredictorInfo:
     params: Block = field(default_factory=dict)
     dynamic: bool = False
     reads_next_token: bool = False  # at step t it reads y_{t+1}: one token more than a probe
+    reads: Block | None = None  # what it reads: text, target_states, target_model (None: older)
 
     @classmethod
     def from_mapping(cls, d: Block) -> PredictorInfo:
+        reads = d.get("reads")
         return cls(d["name"], d.get("target"), d.get("params") or {}, bool(d.get("dynamic")),
-                   bool(d.get("reads_next_token")))
+                   bool(d.get("reads_next_token")), reads if isinstance(reads, dict) else None)
 
 
 @dataclass(frozen=True)
