@@ -42,7 +42,31 @@ def test_two_builds_of_one_world_name_their_shipped_version(tmp_path):
         (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
         shutil.copy(source, tmp_path / "results" / folder / source.name)
     text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
-    heading = "\n## sharegpt_wheel / smollm2-135m-instruct (labels `{}`)"  # not the verdict's
-    v2, v1 = (text.split(heading.format(labels))[1] for labels in ("1a338e34", "589166bd"))
+    v2, v1 = (text.split(f"\n## {name} / smollm2-135m-instruct (temperature 0.7, cap {cap})")[1]
+              for name, cap in (("smollm2_sharegpt v2", 768), ("smollm2_sharegpt", 384)))
     assert "shipped world `smollm2_sharegpt@2`" in v2.split("\n## ")[0]
     assert "shipped world `smollm2_sharegpt`." in v1.split("\n## ")[0]
+
+
+def test_a_greedy_build_is_named_greedy_and_the_hash_moves_to_its_details(tmp_path):
+    import json
+    import shutil
+
+    from helpers.cli import REPO
+
+    from lenbench.leaderboard import build_leaderboard
+
+    folder = "sharegpt_wheel/smollm2-135m-instruct/constant"
+    source = next((REPO / "leaderboard" / "results" / folder).glob("*-1a338e34.json"))
+    (tmp_path / "results" / folder).mkdir(parents=True)
+    shutil.copy(source, tmp_path / "results" / folder / source.name)
+    greedy = json.loads(source.read_text())
+    greedy["config"]["generation"]["shipped"] = "smollm2_sharegpt_greedy"
+    greedy["generation"]["sampling"]["temperature"] = 0.0
+    greedy["fingerprints"]["labels"] = "f071ffcbf2cd2d21"
+    (tmp_path / "results" / folder / "greedy.json").write_text(json.dumps(greedy))
+    text = build_leaderboard(tmp_path / "results", tmp_path / "lb", site=False).read_text()
+    heading = "\n## smollm2_sharegpt_greedy / smollm2-135m-instruct (greedy, cap 768)\n"
+    assert heading in text
+    section = text.split(heading)[1].split("\n## ")[0]
+    assert "labels `f071ffcb`" in section  # the hash stays in the section's details

@@ -223,14 +223,37 @@ def _protocol_note(rows: list[Row]) -> list[Block]:
                  f"section's runs to rescore them.{partly}")]
 
 
+def _shared(ok: list[Result], value: Callable[[Result], Any]) -> Any:
+    """The value every result gives (None where they differ or give none)."""
+    values = {repr(value(r)) for r in ok}
+    return value(ok[0]) if len(values) == 1 else None
+
+
+def world_title(dataset: str, model: str, ok: list[Result], fingerprint: str | None,
+                several_builds: bool) -> str:
+    """A section's name in words: the shipped world its labels came from (`name@2` reads "name
+    v2"), else the data set, and the model; where several builds of one data set and model
+    each get a section, how each was sampled (greedy or a temperature, and the cap), and the
+    labels' fingerprint only where nothing else tells them apart."""
+    shipped = _shared(ok, lambda r: (r.config.get("generation") or {}).get("shipped"))
+    name = dataset if not shipped else str(shipped).replace("@", " v")
+    title = f"{name} / {model}"
+    if not several_builds:
+        return title
+    sampling = _shared(ok, lambda r: (r.generation or {}).get("sampling")) or {}
+    temperature, cap = sampling.get("temperature"), sampling.get("max_new_tokens")
+    if shipped and is_number(temperature):
+        how = "greedy" if temperature == 0 else f"temperature {temperature:g}"
+        return f"{title} ({how}" + (f", cap {cap})" if is_number(cap) else ")")
+    return title + (f" (labels `{fingerprint[:8]}`)" if fingerprint
+                    else " (labels not fingerprinted)")
+
+
 def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
              written: set[Path], reference: str = DEFAULT_REFERENCE,
              fingerprint: str | None = None, split_by_fingerprint: bool = False) -> World:
     rows, superseded = build_rows(ok)
-    heading = f"{dataset} / {model}"
-    if split_by_fingerprint:
-        heading += (f" (labels `{fingerprint[:8]}`)" if fingerprint
-                    else " (labels not fingerprinted)")
+    heading = world_title(dataset, model, ok, fingerprint, split_by_fingerprint)
     lines = [Heading(2, heading), *_protocol_note(rows)]
     if split_by_fingerprint:
         lines.append(Text("**These results were scored on different labels from the other "
@@ -258,6 +281,8 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
                        if same_labels and len(ds_keys) > 1 else ""))
     if model_keys:
         info.append("model key " + ", ".join(f"`{k}`" for k in model_keys))
+    if fingerprint and split_by_fingerprint and fingerprint[:8] not in heading:
+        info.append(f"labels `{fingerprint[:8]}`")
     # a shipped world's name and version tell two builds of one data set apart at a glance
     shipped = distinct(lambda r: (r.config.get("generation") or {}).get("shipped"))
     if shipped:
@@ -297,6 +322,15 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
     lines += scheduling_section(ok, out_dir, stem, written, title, reference)
     lines += transfer_section(ok, reference, MIN_RANKING_PROMPTS)
     return World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
+
+
+def _test_prompts(world: World) -> int:
+    return max((int(r.dataset.n_test_prompts) for r in world.results
+                if is_number(r.dataset.n_test_prompts)), default=0)
+
+
+def _newest(world: World) -> str:
+    return max((r.created_at or "" for r in world.results), default="")
 
 
 def _failed_lines(failed: list[Result], problems: list[str]) -> list[Block]:
@@ -369,6 +403,8 @@ def _build(results_dir: str | Path | Sequence[str | Path], out_dir: str | Path,
             for fp in sorted(groups, key=lambda f: (f == "", f)):
                 worlds.append(_section(dataset, model, groups[fp], out, written, reference,
                                        fp or None, split_by_fingerprint=len(groups) > 1))
+    worlds.sort(key=_newest, reverse=True)
+    worlds.sort(key=_test_prompts, reverse=True)  # the largest first, the newest among equals
     for sampled, greedy in companion_pairs(worlds):  # the same prompts, greedy and sampled
         greedy.blocks.extend(greedy_beside_sampled(sampled, greedy))
     intro += verdict_blocks(worlds, out, written)  # the front page decides first
