@@ -89,3 +89,15 @@ def test_other_prompts_or_another_cap_do_not_pair(tmp_path):
         _worlds(res, **kwargs)
         md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
         assert "Greedy beside sampled" not in md, kwargs
+
+
+def test_a_greedy_worlds_own_table_takes_its_floor_as_0(tmp_path):
+    res = tmp_path / "results"
+    _worlds(res)
+    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    greedy = md.split("(labels `bbbb0000`)\n", 1)[1].split("\n## ", 1)[0]
+    sampled = md.split("(labels `aaaa0000`)\n", 1)[1].split("\n## ", 1)[0]
+    header = next(ln for ln in greedy.splitlines() if ln.startswith("| Predictor"))
+    assert "Share of gap" in header  # (constant - row) / constant: the floor is 0
+    assert "Share of gap" not in next(ln for ln in sampled.splitlines()
+                                      if ln.startswith("| Predictor"))  # no floor estimate

@@ -27,7 +27,12 @@ from lenbench.leaderboard.blocks import (
 from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.details import details_section
 from lenbench.leaderboard.distributions import distributions_section
-from lenbench.leaderboard.greedy_beside_sampled import companion_pairs, greedy_beside_sampled
+from lenbench.leaderboard.greedy_beside_sampled import (
+    GREEDY_FLOOR,
+    companion_pairs,
+    greedy_beside_sampled,
+    is_greedy,
+)
 from lenbench.leaderboard.plots import PLOT_PREFIX, progress_plot, scatter_plot
 from lenbench.leaderboard.provenance import provenance_blocks
 from lenbench.leaderboard.rows import (
@@ -120,6 +125,8 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
                 cells.append(_delta_cell(row, ref, spec.delta))
     floor = next((est for row in rows if row.kind == "reference"
                   and (est := floor_estimate(row)) is not None), None)
+    if floor is None and all(is_greedy(r) for row in rows for r in row.results):
+        floor = GREEDY_FLOOR  # a greedy answer is a function of its prompt: nothing is chance
     const = mains.get(FALLBACK_REFERENCE)
     if floor is not None and const is not None:
         header.append("Share of gap")

@@ -21,15 +21,21 @@ from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.metric_specs import main_spec
 from lenbench.leaderboard.rows import Row, floor_estimate, gap_share_cell
 from lenbench.leaderboard.site import World
+from lenbench.results import Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import FALLBACK_REFERENCE
 
-__all__ = ["companion_pairs", "greedy_beside_sampled"]
+__all__ = ["GREEDY_FLOOR", "companion_pairs", "greedy_beside_sampled", "is_greedy"]
 
 # what must agree between the two worlds' generation, besides the prompts
 SHARED_SAMPLING = ("max_new_tokens", "repetition_penalty")
 # the greedy world's floor: a repeated greedy answer is the same answer
 GREEDY_FLOOR: Mapping[str, Any] = {"estimate": 0.0, "ci": [0.0, 0.0]}
+
+
+def is_greedy(result: Result) -> bool:
+    """Its labels were generated at temperature 0."""
+    return ((result.generation or {}).get("sampling") or {}).get("temperature") == 0
 
 
 def _sampling(world: World) -> Mapping[str, Any] | None:
