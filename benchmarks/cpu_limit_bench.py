@@ -262,7 +262,7 @@ def main() -> None:
     limit_forward = rates[2048] * 1e9 / fpt
     figures = {"cpu": cpu, "torch": torch.__version__, "processes": args.processes,
                "gflop_per_token": fpt / 1e9, "matmul_gflops": rates,
-               "requests": len(requests), "max_new_tokens": g["max_new_tokens"]}
+               "requests": len(requests), "max_new_tokens": g.max_new_tokens}
 
     gen = generate_side_by_side(cfg, requests, args)
     (old_s, old_tok, old_out), (new_s, new_tok, new_out) = gen.values()
