@@ -67,11 +67,11 @@ def transfer_size_note(run: RunConfig) -> str | None:
     """One line for a run whose world was made smaller (`dataset.limit`) than its transfer set
     may be: the transfer set keeps its own limit, and this says how to drop or shrink it."""
     ds, world = run.transfer, run.dataset
-    if ds is None or world.limit is None or (ds.limit is not None and ds.limit <= world.limit):
-        return None
-    most = "no limit" if ds.limit is None else f"up to {ds.limit} prompts"
-    return (f"the transfer set ({ds.name}, {most}) is answered and scored too, beside "
-            f"dataset.limit={world.limit}: transfer=null drops it, transfer.limit=N shrinks it")
+    if ds is None or world.limit is None or ds.limit is None or ds.limit <= world.limit:
+        return None  # a file of your own (no limit) is the set you asked for
+    return (f"the transfer set ({ds.name}, up to {ds.limit} prompts) is answered and scored "
+            f"too, beside dataset.limit={world.limit}: transfer=null drops it, "
+            "transfer.limit=N shrinks it")
 
 
 def check_transfer(run: RunConfig, world_cap: int | None) -> None:

@@ -40,3 +40,6 @@ def test_a_smaller_world_says_in_one_line_how_to_drop_its_transfer_set():
                               ) is None
     assert transfer_size_note(compose("real_smollm2", ["dataset.limit=24", "transfer=null"])
                               ) is None
+    own = compose("real_smollm2", ["dataset.limit=24", "dataset@transfer=jsonl",
+                                   "transfer.path=mine.jsonl"])
+    assert transfer_size_note(own) is None  # your own file: the set you asked for
