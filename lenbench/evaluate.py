@@ -17,7 +17,7 @@ import pandas as pd
 
 from lenbench.configs import RunConfig
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
-from lenbench.contract.needs import Needs
+from lenbench.contract.needs import reads_of
 from lenbench.contract.predictor import Predictor
 from lenbench.contract.views import SplitView
 from lenbench.generation.dense_draw import drawn_prompts
@@ -66,14 +66,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # the groups a result's identity (its file name) is made of, with its predictor and seed
 IDENTITY = ("dataset", "model", "generation", "features", "eval", "sim")
-
-
-def reads_of(needs: Needs) -> dict[str, bool]:
-    """What a predictor reads besides the prompt's tokens, as its result records it: the prompt
-    text, the target's hidden states or entropies, the target model itself (a reader choosing
-    a predictor for an engine it cannot open needs to know)."""
-    return {"text": bool(needs.text), "target_states": bool(needs.hidden or needs.entropy),
-            "target_model": bool(needs.target_model)}
 
 
 def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,

@@ -52,5 +52,7 @@ def test_real_smollm2_runs_every_predictor(tmp_path):
     # every kept row respects the cap, and the probe's clip keeps predictions inside it
     assert max(some["predictions"]["true"]) <= 24 and max(some["predictions"]["pred"]) <= 24
     text = (board / "README.md").read_text()
-    assert "## sharegpt_wheel / smollm2-135m-instruct" in text
+    assert any(ln.startswith("## ") and ln.endswith("/ smollm2-135m-instruct")
+               or ln.startswith("## ") and "/ smollm2-135m-instruct (" in ln
+               for ln in text.splitlines())  # the world's section, named by its world
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text and "temperature 0.7" in text

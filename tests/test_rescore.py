@@ -118,7 +118,8 @@ def test_the_tool_prints_old_and_new_and_the_board_marks_only_the_kept_rows(
     assert not problems and result.protocol_version == PROTOCOL_VERSION
     assert result.kept_protocols == {"metrics.variants": 2}
     board = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
-    main_table = board.split("| Predictor |", 1)[1].split("\n\n", 1)[0]
+    world = board.split("\n## Verdict", 1)[-1].split("\n## ", 1)[-1]  # past the verdict
+    main_table = world.split("| Predictor |", 1)[1].split("\n\n", 1)[0]
     names = sorted(ln.split(" | ")[0].lstrip("| ") for ln in main_table.splitlines()
                    if ln.startswith("| bp"))
     assert names == ["bp", "bp (half) ‡"]

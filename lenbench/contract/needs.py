@@ -72,3 +72,11 @@ class TargetModel:
     info: dict = field(default_factory=dict)
     key: str | None = None
     cache_dir: str | None = None
+
+
+def reads_of(needs: Needs) -> dict[str, bool]:
+    """What a predictor reads besides the prompt's tokens, as its result records it: the prompt
+    text, the target's hidden states or entropies, the target model itself (a reader choosing
+    a predictor for an engine it cannot open needs to know)."""
+    return {"text": bool(needs.text), "target_states": bool(needs.hidden or needs.entropy),
+            "target_model": bool(needs.target_model)}

@@ -25,7 +25,7 @@ def with_reads(result: dict[str, Any]) -> dict[str, Any] | None:
     is no predictor's, or its predictor cannot be built here."""
     from hydra.utils import instantiate
 
-    from lenbench.evaluate import reads_of
+    from lenbench.contract.needs import reads_of
 
     predictor = result.get("predictor") or {}
     if result.get("kind") != "predictor" or "reads" in predictor or not predictor.get("target"):
