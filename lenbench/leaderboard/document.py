@@ -28,10 +28,9 @@ from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.details import details_section
 from lenbench.leaderboard.distributions import distributions_section
 from lenbench.leaderboard.greedy_beside_sampled import (
-    GREEDY_FLOOR,
     companion_pairs,
     greedy_beside_sampled,
-    is_greedy,
+    section_floor,
 )
 from lenbench.leaderboard.plots import PLOT_PREFIX, progress_plot, scatter_plot
 from lenbench.leaderboard.provenance import provenance_blocks
@@ -40,7 +39,6 @@ from lenbench.leaderboard.rows import (
     Row,
     build_rows,
     earlier_protocol,
-    floor_estimate,
     gap_share_cell,
     main_legend,
     metric_cell,
@@ -123,10 +121,7 @@ def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
             align.append(RIGHT)
             for row, cells in zip(rows, body):
                 cells.append(_delta_cell(row, ref, spec.delta))
-    floor = next((est for row in rows if row.kind == "reference"
-                  and (est := floor_estimate(row)) is not None), None)
-    if floor is None and all(is_greedy(r) for row in rows for r in row.results):
-        floor = GREEDY_FLOOR  # a greedy answer is a function of its prompt: nothing is chance
+    floor = section_floor(rows)
     const = mains.get(FALLBACK_REFERENCE)
     if floor is not None and const is not None:
         header.append("Share of gap")

@@ -25,7 +25,8 @@ from lenbench.results import Result
 from lenbench.results.checks import is_number
 from lenbench.scoring.comparisons import FALLBACK_REFERENCE
 
-__all__ = ["GREEDY_FLOOR", "companion_pairs", "greedy_beside_sampled", "is_greedy"]
+__all__ = ["GREEDY_FLOOR", "companion_pairs", "greedy_beside_sampled", "is_greedy",
+           "section_floor"]
 
 # what must agree between the two worlds' generation, besides the prompts
 SHARED_SAMPLING = ("max_new_tokens", "repetition_penalty")
@@ -83,9 +84,14 @@ def _predictors(world: World) -> dict[str, Row]:
     return {row.label: row for row in world.rows if row.kind == "predictor"}
 
 
-def _floor(world: World) -> Mapping[str, Any] | None:
-    return next((est for row in world.rows if row.kind == "reference"
-                 and (est := floor_estimate(row)) is not None), None)
+def section_floor(rows: Sequence[Row]) -> Mapping[str, Any] | None:
+    """A section's floor: its noise-floor row's single estimate, or 0 where every result is
+    greedy (a greedy answer repeats exactly); None where it has neither."""
+    found = next((est for row in rows if row.kind == "reference"
+                  and (est := floor_estimate(row)) is not None), None)
+    if found is None and rows and all(is_greedy(r) for row in rows for r in row.results):
+        return GREEDY_FLOOR
+    return found
 
 
 def _mae(row: Row | None) -> str:
@@ -114,7 +120,7 @@ def greedy_beside_sampled(sampled: World, greedy: World) -> list[Block]:
     (MAE, share of the gap, C-index, seeds), the floors, and what bounds a greedy predictor."""
     s_rows, g_rows = _predictors(sampled), _predictors(greedy)
     s_const, g_const = s_rows.get(FALLBACK_REFERENCE), g_rows.get(FALLBACK_REFERENCE)
-    s_floor = _floor(sampled)
+    s_floor = section_floor(sampled.rows)
     order = sorted(set(s_rows) | set(g_rows), key=lambda label: (
         mean((g_rows.get(label) or s_rows[label]).values("static.mae")) or float("inf"), label))
     body = []

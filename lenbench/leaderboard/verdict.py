@@ -28,8 +28,8 @@ from lenbench.leaderboard.blocks import (
     Table,
 )
 from lenbench.leaderboard.cells import DASH, cell_text, mean
-from lenbench.leaderboard.greedy_beside_sampled import is_greedy
-from lenbench.leaderboard.rows import Row, floor_estimate
+from lenbench.leaderboard.greedy_beside_sampled import section_floor
+from lenbench.leaderboard.rows import Row
 from lenbench.leaderboard.scheduling import serving_gain
 from lenbench.leaderboard.site import World
 from lenbench.scoring.comparisons import (
@@ -187,11 +187,8 @@ def advice(pick: Pick, top_tier: int = 1) -> str:
 
 def _table(world: World, picks: list[Pick]) -> Table:
     const = next((p for p in picks if p.main.name == FALLBACK_REFERENCE), None)
-    floor_row = next((row for row in world.rows if row.kind == "reference"
-                      and floor_estimate(row) is not None), None)
-    floor = None if floor_row is None else floor_estimate(floor_row)["estimate"]
-    if floor is None and all(is_greedy(r) for r in world.results):
-        floor = 0.0  # greedy answers repeat exactly: no noise floor
+    found = section_floor(world.rows)
+    floor = None if found is None else found["estimate"]
     hardware = _hardware(world)
     body = [[cell_text(p.best.label),
              DASH if p.tier is None else f"{p.tier}{PROMPTS_ONLY if p.prompts_only else ''}",
