@@ -36,6 +36,7 @@ from lenbench.contract.instantiate import (
 from lenbench.data.sources.reading import SourceError
 from lenbench.generation.llamacpp_server import LlamaServerError
 from lenbench.models.gguf import ModelSourceError
+from lenbench.runtime.heap import hold, settle
 from lenbench.runtime.stage_times import StageClock, recording, timed
 from lenbench.validate import ConfigError, check_config, unknown_key_problems
 from lenbench.worlds.shipped import ShippedWorldError
@@ -235,6 +236,7 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
         log.info(note)
     configure_threads(config.threads)
     progress = bool(config.progress)
+    settle()  # started up: what the imports and the config made stays to the end
     if worker:
         with timed("world"):
             prepare_world(config, need_features=False, progress=progress, generate_only=True)
@@ -250,6 +252,7 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     head_start: list = []  # the reference simulations, begun once the labels exist
 
     def simulate_references_early(labels) -> None:
+        settle()  # the labels stay to the end; the fork below inherits them settled
         if config.sim.enabled and usable_cores() >= 2:
             rows = np.flatnonzero(labels["split"].to_numpy() == "test")
             test = SplitView("test", labels, rows)
@@ -268,6 +271,7 @@ def _run(cfg: DictConfig) -> list[dict[str, Any]]:
     for warm in filter(None, head_start):
         with timed("reference simulations"):
             warm.finish()
+    settle()  # the world and the reference figures stay to the end; the predictors fork now
     results_dir = config.paths.results_dir
     written = []
     seed = int(config.seed)
@@ -442,6 +446,7 @@ def composition_lines(exc: Exception) -> list[str]:
 
 
 def main() -> None:
+    hold()  # imports and composing make objects that live to the end, not garbage
     sys.argv[1:] = open_group_overrides(sys.argv[1:])
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
@@ -449,6 +454,7 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors reach this function, to word them
     try:
         _app()
+        settle()  # leave without a last walk over everything the run held
     except (ConfigCompositionException, OverrideParseException) as exc:
         if hydra_traces:
             raise

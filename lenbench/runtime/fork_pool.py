@@ -18,6 +18,7 @@ from multiprocessing import get_all_start_methods, get_context
 from typing import Any
 
 _jobs: Sequence[Callable[[], Any]] = ()  # what the forked workers run (inherited, not pickled)
+_running: Any = None  # how many of the pool's jobs run now, shared by its forks (a Value)
 
 
 class JobDied(RuntimeError):
@@ -35,8 +36,25 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def idle_cores() -> int:
+    """The cores this process may use, less those its sibling jobs hold now: in a job of
+    `run_forked`, the cores the other running jobs leave (at least its own); elsewhere, all.
+    A job that ends its work after its siblings may then spread the rest over the free cores."""
+    if _running is None:
+        return usable_cores()
+    with _running.get_lock():
+        others = _running.value - 1
+    return max(1, usable_cores() - others)
+
+
 def _run(i: int) -> Any:
-    return _jobs[i]()
+    with _running.get_lock():
+        _running.value += 1
+    try:
+        return _jobs[i]()
+    finally:
+        with _running.get_lock():
+            _running.value -= 1
 
 
 def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
@@ -47,11 +65,12 @@ def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
     first keeps the processes busy to the end). A job whose process dies yields a `JobDied`
     instead of a value, and so does every job not finished by then (the pool cannot tell which
     of its processes died); the jobs finished before keep their values."""
-    global _jobs
+    global _jobs, _running
     _jobs = jobs
+    context = get_context("fork")
+    _running = context.Value("i", 0)
     try:
-        with ProcessPoolExecutor(processes, mp_context=get_context("fork"),
-                                 initializer=setup) as pool:
+        with ProcessPoolExecutor(processes, mp_context=context, initializer=setup) as pool:
             futures = {i: pool.submit(_run, i) for i in (start_order or range(len(jobs)))}
             for _, future in sorted(futures.items()):
                 try:
@@ -59,4 +78,4 @@ def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
                 except BrokenProcessPool as exc:
                     yield JobDied(f"the process running it ended without a result ({exc})")
     finally:
-        _jobs = ()
+        _jobs, _running = (), None

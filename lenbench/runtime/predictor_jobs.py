@@ -12,7 +12,6 @@ turn.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -55,11 +54,10 @@ def predictor_jobs(jobs: int, threads: int, device: str, raise_on_error: bool,
 
 
 def _in_fork() -> None:
-    """A forked evaluation simulates in its own process (the run's other forks have the other
-    cores) and draws no live progress bars over its siblings'."""
+    """A forked evaluation simulates on the cores its siblings leave free
+    (`fork_pool.idle_cores`) and draws no live progress bars over its siblings'."""
     import rich
 
-    os.environ["LENBENCH_SIM_WORKERS"] = "1"
     rich.reconfigure(stderr=True, force_terminal=False, force_interactive=False)
 
 

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from lenbench.runtime.fork_pool import idle_cores
 from lenbench.sim.config import SimConfig
 from lenbench.sim.metrics import run_figures
 from lenbench.sim.run import simulate
@@ -149,7 +150,8 @@ def _simulate_pending(i: int) -> tuple[dict[str, float | None], NDArray[np.float
 
 def workers() -> int:
     """Processes for simulations: LENBENCH_SIM_WORKERS, else the cores this process may use
-    (at most 4); 1 simulates in this process. Where processes cannot be forked, 1."""
+    and no sibling job holds now (at most 4); 1 simulates in this process. Where processes
+    cannot be forked, 1."""
     if "fork" not in get_all_start_methods():
         return 1
     configured = os.environ.get("LENBENCH_SIM_WORKERS")
@@ -159,8 +161,7 @@ def workers() -> int:
         except ValueError:
             raise ValueError(f"LENBENCH_SIM_WORKERS={configured!r}: give a whole number of "
                              "processes (1 = none)") from None
-    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-               else os.cpu_count() or 1, 4)
+    return min(idle_cores(), 4)
 
 
 def kept() -> list[tuple[bytes, tuple[dict[str, float | None], NDArray[np.float64]]]]:
