@@ -4,7 +4,8 @@ Every string is escaped before anything else, so a name from a result shows as t
 holds; only then do the markdown's inline marks (``**bold**``, ``*italic*``, `` `code` ``,
 ``\\|``) become tags. Each table cell that starts with a number carries it as ``data-v``, the
 value a reader's click on the header sorts by (assets.SCRIPT); an interval alone sorts by its
-midpoint, "(reference)" as 0 (a paired difference to itself), a dash as missing.
+midpoint, "(reference)" as 0 (a paired difference to itself), a dash as missing. Markdown
+comments (the findings checker's markers) are dropped: a page shows what a reader would see.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+_COMMENT = re.compile(r"\s*<!--.*?-->", re.S)
 _CODE = re.compile(r"(`[^`]+`)")
 _STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _EM = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
@@ -40,7 +42,7 @@ _EM = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 def inline(text: object) -> str:
     """Escaped text with the markdown's inline marks as tags (code spans first, untouched)."""
     out = []
-    for part in _CODE.split(str(text)):
+    for part in _CODE.split(_COMMENT.sub("", str(text))):
         if len(part) > 1 and part.startswith("`") and part.endswith("`"):
             out.append(f"<code>{esc(part[1:-1].replace(chr(92) + '|', '|'))}</code>")
             continue
@@ -83,14 +85,19 @@ def slug(text: str) -> str:
 
 
 def th(label_html: str, note: str = "", gloss: str = "", left: bool = False,
-       attrs: str = "") -> str:
-    """A sortable header: a button that sorts, its note as tooltip, a link to the glossary."""
+       attrs: str = "", after: str = "") -> str:
+    """A sortable header: its text is a button that sorts (a click anywhere on the header but
+    a link does too), its note the tooltip; `after` (a link, say) and the glossary link follow
+    the button, never inside it, so a click on the text never navigates."""
     title = f' title="{esc(note)}"' if note else ""
     link = (f'<a class="g" href="#{esc(gloss)}" title="What the columns mean">?</a>'
             if gloss else "")
     klass = ' class="l"' if left else ""
     return (f'<th scope="col"{klass}{attrs}><button type="button"{title}>{label_html}</button>'
-            f"{link}</th>")
+            f"{after}{link}</th>")
+
+
+PROSE = 48  # a cell of more characters than this, with spaces, is a sentence: it wraps
 
 
 def td(cell: str | Cell, left: bool = False, attrs: str = "", klass: str = "") -> str:
@@ -100,9 +107,16 @@ def td(cell: str | Cell, left: bool = False, attrs: str = "", klass: str = "") -
         value = sort_value(text)
     data = "" if value is None else f' data-v="{value:.10g}"'
     title = f' title="{esc(cell.note)}"' if isinstance(cell, Cell) and cell.note else ""
-    classes = " ".join(c for c in ("l" if left else "", klass) if c)
+    prose = len(text) > PROSE and " " in text
+    classes = " ".join(c for c in ("l" if left else "", "prose" if prose else "", klass) if c)
     klass_attr = f' class="{classes}"' if classes else ""
     return f"<td{klass_attr}{data}{title}{attrs}>{inline(text)}</td>"
+
+
+def scroll_box(table: str, label: str = "table") -> str:
+    """A table in a box that scrolls sideways, not the page: focusable, so keys scroll it."""
+    return (f'<div class="scroll" tabindex="0" role="region" aria-label="{esc(label)}">'
+            f"{table}</div>")
 
 
 def table_html(table: Table, anchor: str = "") -> str:
@@ -117,8 +131,9 @@ def table_html(table: Table, anchor: str = "") -> str:
                        for r in body)
 
     foot = f"<tfoot>{rows(table.foot)}</tfoot>" if table.foot else ""
-    return (f'<div class="scroll"><table class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows(table.rows)}</tbody>{foot}</table></div>")
+    label = re.sub(r"[`*]", "", " · ".join(table.header[:3]))
+    return scroll_box(f'<table class="sortable"><thead><tr>{head}</tr></thead>'
+                      f"<tbody>{rows(table.rows)}</tbody>{foot}</table>", label)
 
 
 def blocks_html(blocks: Iterable[Block], anchors: dict[int, str], shift: int = 0,

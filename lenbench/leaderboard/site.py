@@ -4,7 +4,9 @@
 the predictor's rank and static MAE there, with the markdown's markers), with filters by world
 and by predictor kind; ``world-<stem>.html`` holds one world's tables, plots, card and links to
 its result files. Pages are self-contained: style and script are inline, images are the PNGs
-beside them, and links are relative, so the folder opens from file:// with no network.
+beside them, and links are relative, so the folder opens from file:// with no network. Each
+page opens with links to its sections, and fits a phone as well as a wide screen: its tables,
+not the page, scroll sideways (assets.STYLE).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lenbench.leaderboard.html import (
     glossary_html,
     inline,
     page_html,
+    scroll_box,
     sort_value,
     td,
     th,
@@ -37,7 +40,7 @@ from lenbench.results import Result
 
 PAGE_PREFIX = "world-"
 KINDS = ("static", "dynamic", "distributional", "reference")
-_RESERVED_IDS = ("card", "files", "glossary", "filters", "overview", "worlds")
+_RESERVED_IDS = ("card", "files", "glossary", "filters", "overview", "worlds", "ranking")
 
 
 @dataclass
@@ -111,9 +114,10 @@ def _overview(worlds: list[World]) -> str:
         few = (f' <span class="few" title="{world.too_few} test prompts (&lt; '
                f'{MIN_RANKING_PROMPTS}): too few to rank">(few prompts)</span>'
                if world.too_few else "")
-        label = f'<a href="{esc(world.page)}">{inline(world.title)}</a>{few}'
-        head += th(label, "rank and static MAE in this world", "g-index",
-                   attrs=f' data-world="{i}"')
+        page = (f' <a class="page" href="{esc(world.page)}" title="This world\'s page">'
+                "page&#8599;</a>")
+        head += th(f"{inline(world.title)}{few}", "rank and static MAE in this world",
+                   "g-index", attrs=f' data-world="{i}"', after=page)
     body = []
     for key in sorted(entries, key=order):
         label, kind = key
@@ -134,8 +138,9 @@ def _overview(worlds: list[World]) -> str:
             cells.append(td(Cell(text, sort_value(mae), note), attrs=f' data-world="{i}"',
                             klass="few" if world.too_few else ""))
         body.append(f'<tr data-kinds="{" ".join(sorted(kinds[key]))}">{"".join(cells)}</tr>')
-    return (f'<div class="scroll"><table class="sortable" id="overview"><thead><tr>{head}'
-            f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+    return scroll_box(f'<table class="sortable" id="overview"><thead><tr>{head}'
+                      f'</tr></thead><tbody>{"".join(body)}</tbody></table>',
+                      "Every world: rank and static MAE")
 
 
 def _filters(worlds: list[World]) -> str:
@@ -157,13 +162,24 @@ INDEX_NOTE = (
     "predictor (a row with no figure in a shown world is hidden).")
 
 
+RANKING = "Every world side by side"
+
+
 def index_page(worlds: list[World], intro: list[Block], failures: list[Block]) -> str:
     listing = "".join(
         f'<li><a href="{esc(w.page)}">{inline(w.title)}</a>: {len(w.results)} result(s)'
         + (f', <span class="warn">{w.too_few} test prompts, too few to rank</span>'
            if w.too_few else "") + "</li>" for w in worlds)
-    body = [blocks_html(intro, {}), _filters(worlds) if worlds else "",
-            _overview(worlds) if worlds else "",
+    ids = set(_RESERVED_IDS)
+    head = intro[:1] if intro and isinstance(intro[0], Heading) and intro[0].level == 1 else []
+    title = blocks_html(head, {}, ids=ids)
+    toc = [(a, t, []) for a, t, _ in _sections(intro[len(head):], set(ids), 2)]
+    if worlds:
+        toc += [("ranking", RANKING, []), ("worlds", "Worlds", [])]
+    body = [title, _contents(toc + [("glossary", "Glossary", [])], "inline"),
+            blocks_html(intro[len(head):], {}, ids=ids),
+            f'<h2 id="ranking">{RANKING}</h2>' if worlds else "",
+            _filters(worlds) if worlds else "", _overview(worlds) if worlds else "",
             f'<h2 id="worlds">Worlds</h2><ul>{listing}</ul>' if worlds else "",
             blocks_html(failures, {}, ids=set(_RESERVED_IDS)),
             glossary_html([("g-index", CAPTION_TITLES["index"], INDEX_NOTE),
@@ -203,6 +219,36 @@ def _result_links(world: World, out: Path, results_dir: Path) -> str:
             f'<ul class="files">{"".join(items)}</ul>')
 
 
+Section = tuple[str, str, list[tuple[str, str]]]  # anchor, title, its subsections
+
+
+def _sections(blocks: list[Block], ids: set[str], level: int) -> list[Section]:
+    """The headings of `level` among `blocks`, each with those one level below it, under the
+    ids blocks_html gives them when it starts from `ids`."""
+    found: list[Section] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            anchor = unique_id(b.text, ids)
+            if b.level == level:
+                found.append((anchor, b.text, []))
+            elif b.level == level + 1 and found:
+                found[-1][2].append((anchor, b.text))
+    return found
+
+
+def _contents(entries: list[Section], klass: str = "") -> str:
+    """The page's sections, and the subsections under each, as links at its top."""
+    def item(anchor: str, text: str) -> str:
+        return f'<a href="#{esc(anchor)}">{inline(text)}</a>'
+
+    items = "".join(
+        f"<li>{item(a, t)}"
+        + (f'<ol>{"".join(f"<li>{item(*sub)}</li>" for sub in subs)}</ol>' if subs else "")
+        + "</li>" for a, t, subs in entries)
+    return (f'<nav class="{f"toc {klass}".strip()}" aria-label="Contents"><h2>Contents</h2>'
+            f"<ol>{items}</ol></nav>")
+
+
 def world_page(world: World, worlds: list[World], out: Path, results_dir: Path) -> str:
     """One world: its card, its section's blocks, its result files and its glossary."""
     first, rest = world.blocks[0], world.blocks[1:]
@@ -213,18 +259,12 @@ def world_page(world: World, worlds: list[World], out: Path, results_dir: Path) 
     if first_table is not None:  # the markdown's main table has no heading of its own
         shown.insert(first_table, Heading(3, "Main table"))
     entries, anchors = _captions(shown)
-    toc_ids = set(_RESERVED_IDS)  # the ids blocks_html gives the same headings, in order
-    toc = ['<a href="#card">Card</a>']
-    for b in shown:
-        if isinstance(b, Heading):
-            anchor = unique_id(b.text, toc_ids)
-            if b.level == 3:
-                toc.append(f'<a href="#{anchor}">{inline(b.text)}</a>')
-    toc += ['<a href="#files">Result files</a>', '<a href="#glossary">Glossary</a>']
+    toc = [("card", "World card", []), *_sections(shown, set(_RESERVED_IDS), 3),
+           ("files", "Result files", []), ("glossary", "Glossary", [])]
     card = "".join(f"<dt>{esc(label)}</dt><dd>{inline(text)}</dd>"
                    for label, text in card_entries(world.results, world.rows))
     body = [f"<h1>{inline(title)}</h1>",
-            f'<nav class="toc" aria-label="Contents">{"".join(toc)}</nav>',
+            _contents(toc),
             f'<section class="card" aria-labelledby="card"><h2 id="card">World card</h2>'
             f"<dl>{card}</dl>{blocks_html(provenance, {})}</section>",
             blocks_html(shown, anchors, shift=1, ids=set(_RESERVED_IDS)),
