@@ -9,6 +9,10 @@
 #                (random Llama-3.1-8B shape in bf16: plain forward vs extract_features, tok/s)
 #   3. pytest    python -m pytest -q tests/test_outlets.py (CPU tensors; a check that torch and
 #                transformers of the device machine run the OUTLETS code)
+#   4. ray       (only when asked: STEPS=...,ray) python -m pytest -q tests/test_generation_ray.py:
+#                the generate stage's shards as Ray tasks on a local 2-CPU cluster, the same
+#                labels as the local runner, a killed task retried (toy model, CPU; ~1.5 min on
+#                a busy 2-core CPU)
 # Logs: $OUT/<step>.log, summary: $OUT/summary.txt (also printed).
 #
 # Launching with the device `run` tool (the device has no internet, so do NOT `pip install -e .`:
@@ -20,13 +24,15 @@
 #
 # Expected cost (a guess, nothing measured on a GPU yet): a few minutes in all. Per-step limits
 # (60+150+210+120 s) keep the whole script under 9 min. Rerun chosen steps with e.g.
-# STEPS=features bash benchmarks/gpu_checks.sh (comma list of env,overhead,features,pytest).
+# STEPS=features bash benchmarks/gpu_checks.sh (comma list of env,overhead,features,pytest,ray;
+# ray is not in the default list, which stays under 9 min without it).
 #
 # Third-party imports needed (all checked before each step; a step whose imports are missing is
 # skipped with a message):
 #   overhead: torch                              (lenbench.outlets.modeling / .overhead)
 #   features: torch, transformers, numpy, pandas, rich   (lenbench.features.extract)
 #   pytest:   pytest, torch, transformers, numpy, pandas, rich, omegaconf (tests/conftest.py)
+#   ray:      ray, pytest, torch, transformers, pandas, pyarrow, hydra (the toy world's pipeline)
 # pyarrow, hydra, datasets, scipy, sklearn are NOT needed by these steps. The ones most likely
 # missing on a bare device image: rich, omegaconf, pytest (pandas/numpy usually come along).
 #
@@ -38,7 +44,7 @@ TINY=0
 for arg in "$@"; do
   case "$arg" in
     --tiny|--cpu) TINY=1 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "gpu_checks.sh: unknown argument $arg (use --tiny/--cpu)" >&2; exit 2 ;;
   esac
 done
@@ -142,6 +148,8 @@ step features "$T_FEATURES" "torch transformers numpy pandas rich" \
   "$PYTHON" benchmarks/features_throughput.py "${FEATURES_ARGS[@]}" --json "$OUT/features.json"
 step pytest "$T_PYTEST" "pytest torch transformers numpy pandas rich omegaconf" \
   "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_outlets.py
+step ray 240 "ray pytest torch transformers pandas pyarrow hydra" \
+  "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_generation_ray.py
 
 {
   echo "==================== gpu_checks summary ($(date -u +%FT%TZ)) ===================="
@@ -158,6 +166,9 @@ step pytest "$T_PYTEST" "pytest torch transformers numpy pandas rich omegaconf" 
   fi
   if [[ -f "$OUT/pytest.log" ]]; then
     grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 1 | sed 's/^/  pytest: /' || true
+  fi
+  if [[ -f "$OUT/ray.log" ]]; then
+    grep -E "passed|failed|error|SKIPPED" "$OUT/ray.log" | tail -n 1 | sed 's/^/  ray: /' || true
   fi
 } | tee "$OUT/summary.txt"
 exit $FAILED

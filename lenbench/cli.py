@@ -35,6 +35,7 @@ from lenbench.contract.instantiate import (
 )
 from lenbench.data.sources.reading import SourceError
 from lenbench.generation.llamacpp_server import LlamaServerError
+from lenbench.generation.ray_executor import RaySetupError
 from lenbench.models.gguf import ModelSourceError
 from lenbench.runtime.heap import hold, settle
 from lenbench.runtime.stage_times import StageClock, recording, timed
@@ -47,7 +48,7 @@ CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 USER_ERRORS = (ConfigError, SourceError, ShippedWorldError)
 # Errors met on the way that the user fixes outside lenbench (a model package to install, a
 # llama-server that died): one line saying what to do, exit status 2, no traceback.
-SETUP_ERRORS = (ModelSourceError, LlamaServerError)
+SETUP_ERRORS = (ModelSourceError, LlamaServerError, RaySetupError)
 log = logging.getLogger(__name__)
 # Groups whose node is always a mapping. On the command line `group.key=value` may set a key the
 # preset leaves out (any constructor argument of a predictor, `predictor.k=3`), and a key no

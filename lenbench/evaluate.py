@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lenbench.configs import RunConfig
+from lenbench.configs.generation import EXECUTION_KEYS
 from lenbench.contract.distributions import QUANTILE_LEVELS, LengthDistribution
 from lenbench.contract.needs import reads_of
 from lenbench.contract.predictor import Predictor
@@ -47,11 +48,7 @@ from lenbench.scoring.distribution_metrics import (
     sibling_distributions,
 )
 from lenbench.scoring.hygiene import clean_predictions
-from lenbench.scoring.metrics import (
-    dynamic_metrics,
-    request_errors,
-    static_metrics,
-)
+from lenbench.scoring.metrics import dynamic_metrics, request_errors, static_metrics
 from lenbench.scoring.noise_floor import (
     extrapolated_floor,
     noise_floor_bounds,
@@ -73,6 +70,8 @@ def _base_result(world: World, name: str, kind: str, run: RunConfig, seed: int,
     identity = run.to_dict(IDENTITY)
     if penalty_in_effect(run.generation.repetition_penalty) is None:  # off: named as before it
         identity["generation"].pop("repetition_penalty", None)        # existed
+    identity["generation"] = {k: v for k, v in identity["generation"].items()
+                              if k not in EXECUTION_KEYS}  # where, not what: labels unchanged
     if not run.generation.dense_drawn:  # no drawn dense prompts: named as before the draw
         identity["generation"].pop("dense_drawn", None)
     identity.update(predictor=computing_params(predictor_cfg), seed=seed)

@@ -35,17 +35,12 @@ from lenbench.data.promptset import (
 from lenbench.data.sources.reading import SourceError
 from lenbench.features.extract import extract_features, features_config
 from lenbench.features.reuse import covering_stage
-from lenbench.generation.backends import (
-    GenerationTarget,
-    backend_name,
-    label_key,
-    make_generator,
-    sampling_config,
-)
+from lenbench.generation.backends import backend_name, label_key
 from lenbench.generation.labels_import import import_labels, known_lengths
 from lenbench.generation.protocol import penalty_in_effect
-from lenbench.generation.runner import ShardsPending, generate_labels
-from lenbench.models.chat import pretrained_eos_ids
+from lenbench.generation.ray_executor import check_executor, run_on_ray
+from lenbench.generation.runner import ShardsPending
+from lenbench.generation.stage_job import GenerateJob
 from lenbench.models.gguf import read_card
 from lenbench.models.loading import load_target, resolve_device, resolve_dtype, resolve_model
 from lenbench.models.shipped_toy import model_world
@@ -142,7 +137,7 @@ def prepare_world(run: RunConfig, need_features: bool, progress: bool = True,
 
         with timed("labels"):  # generated, or loaded from a shipped world
             gen_stage = _generate_stage(cache, gen, model, prompts, model_key, ds_stage.key,
-                                        target, target_path, progress)
+                                        target, target_path, progress, device)
     if generate_only:
         return None
     labels = pd.read_parquet(gen_stage.path / "labels.parquet")
@@ -350,13 +345,14 @@ def generation_stage_config(gen: GenerationConfig, model: ModelConfig, model_key
 
 def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
                     prompts: pd.DataFrame, model_key: str, parent: str, target,
-                    target_path: str, progress: bool) -> Stage:
+                    target_path: str, progress: bool, device: str = "cpu") -> Stage:
     """Regenerate every prompt's responses with the target (resumable at shard granularity).
 
     With `generation.worker=i` (of `generation.workers=N`) this process writes only its own
     shards into the stage's partial folder, without holding the stage lock, so N processes (one
     per GPU, or N SLURM jobs) fill it together; the one that finds every shard on disk merges
     them under the lock. The merge reads shards in shard order, as a one-process run does.
+    With `generation.executor=ray` the shards run as Ray tasks instead (ray_executor.py).
     """
     stage_cfg = generation_stage_config(gen, model, model_key)
     backend = backend_name(gen)
@@ -368,40 +364,15 @@ def _generate_stage(cache: Path, gen: GenerationConfig, model: ModelConfig,
         return stage
     store = SampleStore(cache / "samples" / stable_hash(sample_key(stage_cfg)))
     log.info("generate stage: %s (samples kept for reuse in %s)", stage.path, store.folder)
-    workers, worker, revision = int(gen.workers or 1), gen.worker, model.revision
-    template_kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
+    workers, worker = int(gen.workers or 1), gen.worker
+    check_executor(gen.executor, worker)
+    job = GenerateJob(prompts, gen, model, target_path, store, shipped, stage_cfg, backend,
+                      progress, target, device)
 
     def run(out_dir: Path, worker_i: int, n_workers: int) -> tuple[pd.DataFrame, dict]:
-        # tokenizer and EOS ids without weights: the HF model loads only if a shard is left to
-        # generate with the hf backend (vllm and openai never load it here)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(target_path, revision=revision)
-        eos = pretrained_eos_ids(target_path, tokenizer, revision)
-        handle = GenerationTarget(path=target_path, revision=revision, dtype=model.dtype,
-                                  tokenizer=tokenizer, load=target)
-        sampling = sampling_config(gen)
-        known = {} if gen.regenerate else \
-            {**store.load(), **(shipped.known(prompts) if shipped is not None else {})}
-        labels, card = generate_labels(
-            prompts, None, tokenizer, out_dir, sampling,
-            n_samples=gen.n_samples, seed=gen.seed, batch_size=gen.batch_size,
-            shard_prompts=gen.shard_prompts, max_prompt_tokens=gen.max_prompt_tokens,
-            keep_censored=gen.keep_censored, progress=progress, eos_ids=eos,
-            generator_factory=lambda: make_generator(gen, handle, eos),
-            chat_template_kwargs=dict(template_kwargs),
-            max_length_exclusive=gen.max_length_exclusive,
-            worker=worker_i, num_workers=n_workers, known=known, store=store,
-            dense_prompts=int(gen.dense_prompts or 0),
-            dense_n_samples=gen.dense_n_samples, dense_split=gen.dense_split,
-            dense_drawn=int(gen.dense_drawn or 0))
-        card.update({"backend": backend, "model_path": target_path, "model_revision": revision,
-                     "model_dtype": model.dtype, "sample_key": sample_key(stage_cfg),
-                     "shipped_world": None if shipped is None else
-                     {"name": shipped.name, "used": not gen.regenerate,
-                      "fingerprint": shipped.fingerprint},
-                     "backend_config": dict(sorted(asdict(gen).items()))})
-        return labels, card
+        if gen.executor == "ray":  # every shard as a Ray task, merged here
+            return run_on_ray(job, out_dir, workers)
+        return job(out_dir, worker_i, n_workers)
 
     def write(tmp: Path, labels: pd.DataFrame, card: dict) -> None:
         labels.to_parquet(tmp / "labels.parquet", index=False)

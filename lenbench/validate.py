@@ -8,6 +8,7 @@ the sources' business, which count every bad one.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ INTEGERS: dict[str, tuple[int | None, bool]] = {
     "generation.max_prompt_tokens": (1, True),
     "generation.max_length_exclusive": (2, True),
     "generation.workers": (1, False),
+    "generation.ray_max_retries": (0, False),
     "generation.seed": (None, False),
     # server backends (openai, llamacpp)
     "generation.slots": (1, True),
@@ -202,6 +204,7 @@ def _model_problems(model: Mapping[str, Any]) -> list[str]:
 
 
 def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
+    from lenbench.configs.generation import EXECUTORS
     from lenbench.contract.features import POOLINGS, ROLES, STEP_POOLINGS
     from lenbench.generation.backends import BACKENDS
     from lenbench.generation.openai_backend import LENGTH_SOURCES
@@ -219,6 +222,11 @@ def _choice_problems(cfg: Mapping[str, Any]) -> list[str]:
     if backend in (MISSING, "hf") and _get(cfg, "generation.batch_size") is None:
         out.append("generation.batch_size=None: the hf backend needs an integer >= 1 (rows "
                    "decoded together)")
+    executor = _get(cfg, "generation.executor")
+    if executor not in (MISSING, *EXECUTORS):
+        out.append(f"generation.executor={executor!r}: use one of {list(EXECUTORS)}")
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        out.append("generation.executor=ray needs Ray: pip install lenbench[ray]")
     source = _get(cfg, "generation.length_source")
     if source not in (MISSING, None) and source not in LENGTH_SOURCES:
         out.append(f"generation.length_source={source!r}: use one of {list(LENGTH_SOURCES)}")

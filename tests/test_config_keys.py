@@ -12,7 +12,8 @@ and repetition penalty, and again when its shipped world was complete, since the
 the shipped files' digest. Renaming the presets (real_smollm2 -> real_smollm2_v1, real_smollm2_v2
 -> real_smollm2, with real_smollm2_v2 kept as its alias) moved no figure, only the case names.
 Scheduling protocol 5 (the sim preset's load sweep and plain SJF, and SimConfig's sweep fields)
-moved every result identity and no stage key.
+moved every result identity and no stage key. The generate stage's execution keys (executor and
+the ray_* settings) added four fields to the recorded config and moved no key or identity.
 `python tests/test_config_keys.py --write` records them again, only for a change that means to
 move keys. Typing the composed config must also
 give back the very mapping it was built from, which results record.

@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# where and how the labels are made, not what they are: in no stage key, no result identity
+EXECUTION_KEYS = ("executor", "ray_address", "ray_max_retries", "ray_num_gpus")
+EXECUTORS = ("local", "ray")  # generation.executor
+
 
 @dataclass
 class GenerationConfig:
@@ -26,6 +30,11 @@ class GenerationConfig:
     max_length_exclusive: int | None = None  # drop rows with L >= this (OUTLETS: 2048)
     workers: int = 1               # data-parallel generation processes
     worker: int | None = None      # this process's index among them
+    executor: str = "local"        # local: this process (or the workers above); ray: shards as
+    #                                Ray tasks (generation/ray_executor.py; docs/scaling-out.md)
+    ray_address: str | None = None  # a running Ray cluster to join; null: start a local one
+    ray_max_retries: int = 3       # Ray reruns a task whose process died or that raised
+    ray_num_gpus: float = 0        # GPUs each Ray task reserves (1 for the hf backend on GPUs)
     dense_prompts: int | None = None  # the first N prompts get dense_n_samples samples ...
     dense_n_samples: int | None = None  # ... instead of n_samples (null: none denser)
     dense_split: str | None = None  # count those N among this split's prompts only

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -127,7 +128,7 @@ class _ShardWriter:
         path = self.path(work.shard_no)
         self.stats[work.shard_no] = GenStats(**asdict(stats))
         self._write_stats(work.shard_no)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writer process
         pd.DataFrame(rows, columns=LABEL_COLUMNS).to_parquet(tmp, index=False)
         tmp.replace(path)
         work.written = True
