@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.audit import Honest, audit_world, fitted, next_token, true_remaining
+from helpers.leaderboard import board_text
 from helpers.models import tiny_llama
 from helpers.worlds import CFG, TrainQuantiles, make_world
 
@@ -244,7 +245,7 @@ def test_the_harness_records_the_audit_and_the_leaderboard_marks_it(tmp_path) ->
     for result in (honest, cheat):
         path = save(result, tmp_path / "results")
         validate_result(json.loads(path.read_text()), str(path))
-    board = build_leaderboard(tmp_path / "results", tmp_path / "board").read_text("utf-8")
+    board = board_text(build_leaderboard(tmp_path / "results", tmp_path / "board"))
     # the main table and the distributions table both mark it
     sections = board.split("\n## ")[2:] if "## Verdict" in board else board.split("\n## ")[1:]
     board = "\n## ".join(sections)  # the world's tables, not the verdict that opens the page

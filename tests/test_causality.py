@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers.leaderboard import board_text
 from helpers.models import tiny_llama
 from helpers.worlds import synthetic_world
 
@@ -293,7 +294,7 @@ def test_leaderboard_marks_a_failed_audit(tmp_path: Path) -> None:
         d = json.loads(path.read_text())
         d["causality"] = {"passed": passed, "checked_rows": 8}
         write_result(path, d)
-    board = build_leaderboard(res, tmp_path / "board").read_text("utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     block = heading_block(board, "Dynamic MAE by observed steps")
     assert "| peeker (non-causal) | 30.0 | 25.0 |" in block
     assert "| plp | 30.0 | 25.0 |" in block

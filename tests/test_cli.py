@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, FIXTURES, REPO, USER_CONF, E2ERun, run_lenbench
+from helpers.leaderboard import board_text
 
 from lenbench.results import validate_result
 
@@ -69,7 +70,7 @@ def test_multirun_predictors_by_seeds(e2e: E2ERun, tmp_path):
     mlp = [r for r in results if r["predictor"]["name"] == "mlp_probe"]
     assert mlp[0]["predictions"]["pred"] != mlp[1]["predictions"]["pred"]
     # the leaderboard was rebuilt once at the end, with mean ± std over the two seeds
-    board = (tmp_path / "board" / "README.md").read_text()
+    board = board_text(tmp_path / "board" / "README.md")
     rows = _metric_rows(board)
     for name in ("constant", "mlp_probe", "bin_classifier"):
         assert " ± " in rows[name].split(" | ")[1], rows[name]
@@ -90,7 +91,7 @@ def test_progress_flag_does_not_rename_the_result(e2e: E2ERun, tmp_path):
     assert len(files) == 1, files
     assert json.loads((tmp_path / "results" / files[0]).read_text())["predictor"]["params"][
         "progress"] is False  # the rerun overwrote it, and records what it ran with
-    assert "mlp_probe" in _metric_rows((tmp_path / "board" / "README.md").read_text())
+    assert "mlp_probe" in _metric_rows(board_text(tmp_path / "board" / "README.md"))
 
 def test_failing_predictor_is_recorded_and_the_others_written(e2e: E2ERun, tmp_path):
     proc = run_lenbench("predictor=boom,constant", SEARCHPATH, *E2E_UPSTREAM,
@@ -108,7 +109,7 @@ def test_failing_predictor_is_recorded_and_the_others_written(e2e: E2ERun, tmp_p
     assert boom["error"]["message"] == "deliberate failure in BoomPredictor.fit"
     assert "boom.py" in boom["error"]["traceback"]
     assert by_name["constant"]["status"] == "ok"
-    board = (tmp_path / "board" / "README.md").read_text()
+    board = board_text(tmp_path / "board" / "README.md")
     assert "1 failed" in board and "deliberate failure in BoomPredictor.fit" in board
     assert any(ln.startswith("| constant |") for ln in board.splitlines())
 
@@ -168,7 +169,7 @@ def test_user_predictor_runs_through_the_whole_harness(e2e: E2ERun, tmp_path):
                              / "labels.parquet")
     train_lengths = set(labels.loc[labels["split"] == "train", "L"].astype(float))
     assert set(knn["predictions"]["pred"]) <= train_lengths
-    board = (tmp_path / "board" / "README.md").read_text()
+    board = board_text(tmp_path / "board" / "README.md")
     assert any(ln.startswith("| knn |") for ln in board.splitlines())
 
 
@@ -252,7 +253,7 @@ def test_a_predictor_failing_at_predict_time_fails_the_run_after_the_others(e2e:
                               "deliberate failure in BoomPredictor.predict)"), summary
     by_name = {r["predictor"]["name"]: r["status"] for r in _results(tmp_path / "results")}
     assert by_name == {"boom_predict": "failed", "constant": "ok", "noise_floor": "ok"}
-    board = (tmp_path / "board" / "README.md").read_text()
+    board = board_text(tmp_path / "board" / "README.md")
     assert any(ln.startswith("| constant |") for ln in board.splitlines())
     assert "deliberate failure in BoomPredictor.predict" in board
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from helpers.leaderboard import GOLDEN
+from helpers.leaderboard import GOLDEN, board_text
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
@@ -60,7 +60,7 @@ def _cells(section: str, name: str) -> list[str]:
 def test_the_same_prompts_greedy_and_sampled_get_one_table(tmp_path):
     res = tmp_path / "results"
     _worlds(res)
-    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     section = _section(md)
     assert "The same 60 test prompts" in section and "temperature 0.7" in section
     probe = _cells(section, "probe")
@@ -87,16 +87,16 @@ def test_other_prompts_or_another_cap_do_not_pair(tmp_path):
     for kwargs in ({"greedy_prompts": other}, {"greedy_cap": 512}):
         res = tmp_path / f"results-{len(kwargs)}-{next(iter(kwargs))}"
         _worlds(res, **kwargs)
-        md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+        md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
         assert "Greedy beside sampled" not in md, kwargs
 
 
 def test_a_greedy_worlds_own_table_takes_its_floor_as_0(tmp_path):
     res = tmp_path / "results"
     _worlds(res)
-    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
-    greedy = md.split("(labels `bbbb0000`)\n", 1)[1].split("\n## ", 1)[0]
-    sampled = md.split("(labels `aaaa0000`)\n", 1)[1].split("\n## ", 1)[0]
+    md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
+    greedy = md.split("(greedy, cap 768)\n", 1)[1].split("\n## ", 1)[0]
+    sampled = md.split("(temperature 0.7, cap 768)\n", 1)[1].split("\n## ", 1)[0]
     header = next(ln for ln in greedy.splitlines() if ln.startswith("| Predictor"))
     assert "Share of gap" in header  # (constant - row) / constant: the floor is 0
     assert "Share of gap" not in next(ln for ln in sampled.splitlines()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.leaderboard import board_text
 
 from baselines.constant import ConstantPredictor
 from baselines.prompt_length import PromptLengthPredictor
@@ -209,7 +210,7 @@ def test_imported_labels_reach_the_leaderboard(tmp_path: Path) -> None:
                                     cfg, seed=0)
         assert result["status"] == "ok" and result["generation"]["n_rows"] == len(labels)
         save(result, tmp_path / "results")
-    board = build_leaderboard(tmp_path / "results", tmp_path / "board").read_text()
+    board = board_text(build_leaderboard(tmp_path / "results", tmp_path / "board"))
     assert all(n in board for n in ("tfidf_ridge", "constant", "prompt_length", "trace"))
 
 

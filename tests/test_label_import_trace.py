@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from helpers.cli import run_lenbench
+from helpers.leaderboard import board_text
 
 from lenbench.results import load_results
 
@@ -62,7 +63,7 @@ def test_a_trace_imports_without_any_model(tmp_path: Path) -> None:
     assert max(ridge.predictions.pred) > 600  # essays: nothing clipped at the default 256
     mae = {k: r.metrics.static["mae"] for k, r in by_name.items()}
     assert mae["tfidf_ridge"] < 0.7 * mae["constant"]  # ~151 vs ~252
-    board = (tmp_path / "board" / "README.md").read_text()
+    board = board_text(tmp_path / "board" / "README.md")
     assert "## llama_trace / llama-3-8b" in board
     assert "jsonl / toy" not in board
     assert (f"{facts['n_unlabelled']} prompts without a length dropped; predictions clipped to "

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.leaderboard import GOLDEN, heading_block, synthetic_result
+from helpers.leaderboard import GOLDEN, board_text, heading_block, synthetic_result
 
 from lenbench.leaderboard import build_leaderboard, main
 from lenbench.results import load_results, result_path, write_result
@@ -23,7 +23,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("board")
-    return build_leaderboard(GOLDEN, out).read_text(encoding="utf-8")
+    return board_text(build_leaderboard(GOLDEN, out))
 
 
 def _table_rows(md: str) -> list[str]:
@@ -84,7 +84,7 @@ def test_failed_and_invalid_listed(board: str) -> None:
 
 def test_plots_exist_and_are_linked(tmp_path: Path) -> None:
     readme = build_leaderboard(GOLDEN, tmp_path)
-    md = readme.read_text(encoding="utf-8")
+    md = board_text(readme)
     for name in ("plot-toyworld__toy-progress.png", "plot-toyworld__toy-scatter.png"):
         assert f"]({name})" in md
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC)
@@ -110,14 +110,14 @@ def test_newer_rerun_of_a_seed_supersedes_the_older(tmp_path: Path) -> None:
     new["config_hash"] = "ffffffffffff"
     new["metrics"]["static"]["mae"] = 88.0  # seeds now 88, 84 -> 86.0 ± 2.8
     write_result(result_path(res, "toyworld", "toy", "mlp_probe", "ffffffffffff"), new)
-    md = build_leaderboard(res, tmp_path / "out").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, tmp_path / "out"))
     assert "| mlp_probe | 86.0 ± 2.8 |" in md
     assert "1 older result(s)" in md
 
 
 def test_empty_results_folder(tmp_path: Path) -> None:
     (tmp_path / "res").mkdir()
-    md = build_leaderboard(tmp_path / "res", tmp_path / "out").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(tmp_path / "res", tmp_path / "out"))
     assert "No successful results yet." in md
     assert "## Failed runs" in md
 
@@ -145,7 +145,7 @@ def test_other_params_get_their_own_row(tmp_path: Path) -> None:
     other["scheduling"] = {"p99_short_s": 1.0}  # reaches the (empty) scheduling hook harmlessly
     write_result(result_path(res, "toyworld", "toy", "mlp_probe", "eeeeeeeeeeee"), other)
     names = [r.split(" | ")[0].lstrip("| ")
-             for r in _table_rows(build_leaderboard(res, tmp_path / "out").read_text())]
+             for r in _table_rows(board_text(build_leaderboard(res, tmp_path / "out")))]
     labelled = [n for n in names if n.startswith("mlp_probe [params ")]
     assert len(labelled) == 2 and labelled[0] != labelled[1]  # never averaged together
 
@@ -162,7 +162,7 @@ def test_display_only_params_share_a_row(tmp_path: Path) -> None:
     other["config_hash"], other["created_at"] = "eeeeeeeeeeee", "2099-01-01T00:00:00Z"
     other["metrics"]["static"]["mae"] = 1234.5
     write_result(result_path(res, "toyworld", "toy", "mlp_probe", "eeeeeeeeeeee"), other)
-    rows = _table_rows(build_leaderboard(res, tmp_path / "out").read_text())
+    rows = _table_rows(board_text(build_leaderboard(res, tmp_path / "out")))
     names = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert names.count("mlp_probe") == 1 and not any("[params" in n for n in names)
     row = next(r for r in rows if r.startswith("| mlp_probe |"))
@@ -185,7 +185,7 @@ def test_other_dataset_keys_on_the_same_labels_are_not_a_warning(tmp_path: Path,
             if other_model_key:
                 d["model"]["key"] = "m0002"
         f.write_text(json.dumps(d), encoding="utf-8")
-    board = build_leaderboard(res, tmp_path / "out").read_text()
+    board = board_text(build_leaderboard(res, tmp_path / "out"))
     assert "dataset key `ds0001`, `ds0002` (the same labels, `abcdef01`)" in board
     assert ("more than one build" in board) == other_model_key
 
@@ -224,7 +224,7 @@ def details(tmp_path_factory: pytest.TempPathFactory) -> str:
                                            "n_by_observed_steps": [8, 6, 0]},
                predict_ms_per_step=0.7)
     synthetic_result(res, "outlets", 0, {"speculative": SPEC, "overhead_ms": 1.5})
-    return build_leaderboard(res, tmp_path_factory.mktemp("details_out")).read_text("utf-8")
+    return board_text(build_leaderboard(res, tmp_path_factory.mktemp("details_out")))
 
 
 def test_row_labels_come_from_the_report(details: str) -> None:
@@ -274,11 +274,11 @@ def test_speculative_table(details: str) -> None:
 def test_deep_drafts_show_the_mean_over_depths(tmp_path: Path) -> None:
     spec = {"tau": 3.0, "alpha": [0.5] * 7 + [0.9], "acc": [0.6] * 8}
     synthetic_result(tmp_path / "res", "outlets", 0, {"speculative": spec})
-    md = build_leaderboard(tmp_path / "res", tmp_path / "out").read_text("utf-8")
+    md = board_text(build_leaderboard(tmp_path / "res", tmp_path / "out"))
     block = heading_block(md, "Speculative decoding quality")
     assert "| Predictor | τ | mean α | mean acc |" in block
     assert "| outlets | 3.00 | 0.550 | 0.600 |" in block
 
 
 def test_no_details_section_without_reports(tmp_path: Path) -> None:
-    assert "Predictor details" not in build_leaderboard(GOLDEN, tmp_path).read_text("utf-8")
+    assert "Predictor details" not in board_text(build_leaderboard(GOLDEN, tmp_path))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.leaderboard import board_text
 from helpers.worlds import CFG, TrainQuantiles, make_world
 
 from lenbench import Predictor
@@ -65,7 +66,7 @@ def test_rows_pool_seeds_and_pair_with_the_siblings(folder) -> None:
 
 def test_section_and_plot_in_the_document(folder, tmp_path) -> None:
     res, _ = folder
-    board = build_leaderboard(res, tmp_path).read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path))
     assert "### Distributions" in board
     plots = sorted(p.name for p in tmp_path.glob("*-pit.png"))
     assert len(plots) == 1 and f"]({plots[0]})" in board
@@ -76,7 +77,7 @@ def test_no_section_without_distributional_results(tmp_path) -> None:
     save(evaluate_predictor(Median(), "median", {"name": "median"}, make_world(2), CFG, 0), res)
     rows, _ = build_rows(load_results(res)[0])
     assert distribution_rows(rows) == []
-    board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     assert "### Distributions" not in board and not list((tmp_path / "board").glob("*-pit.png"))
 
 
@@ -98,7 +99,7 @@ def test_censored_rows_are_counted_scored_and_said(tmp_path) -> None:
     rows, _ = build_rows(load_results(res)[0])
     tq, ref = distribution_rows(rows)
     assert tq.delta_crps["n"] == sib["n"]  # paired on every row both score, censored included
-    board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     section = board.split("### Distributions")[1]
     cells = next(line for line in section.splitlines() if line.startswith("| tq |")).split(" | ")
     dyn = mine["metrics"]["distribution"]["dynamic"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from helpers.leaderboard import GOLDEN, synthetic_result
+from helpers.leaderboard import GOLDEN, board_text, synthetic_result
 
 from lenbench.leaderboard import main
 
@@ -17,7 +17,7 @@ def test_two_results_folders_make_one_table_with_working_links(tmp_path, capsys)
     synthetic_result(mine, "word_median", 0)
     out = tmp_path / "board"
     assert main(["--results", str(published), "--results", str(mine), "--out", str(out)]) == 0
-    md = (out / "README.md").read_text(encoding="utf-8")
+    md = board_text(out / "README.md")
     table = md.split("| Predictor", 1)[1].split("\n\n", 1)[0]
     assert "| word_median |" in table and "| mlp_probe |" in table  # one table, both folders
     printed = capsys.readouterr().out

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from helpers.leaderboard import board_text
 
 from lenbench.leaderboard import build_leaderboard, metric_specs
 from lenbench.leaderboard.metric_specs import MetricSpec, main_spec, mean_std_of
@@ -42,13 +43,12 @@ def test_the_built_in_specs_give_the_main_table_its_columns() -> None:
 
 def test_a_registered_spec_is_a_column_in_the_markdown_and_on_the_site(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    before = _main_table(build_leaderboard(GOLDEN, tmp_path / "before", site=False)
-                         .read_text(encoding="utf-8"))
+    before = _main_table(board_text(build_leaderboard(GOLDEN, tmp_path / "before", site=False)))
     assert "RMSE" not in before[0]
     specs = metric_specs.MAIN_METRICS
     monkeypatch.setattr(metric_specs, "MAIN_METRICS", (*specs[:6], RMSE, *specs[6:]))
     out = tmp_path / "board"
-    md = build_leaderboard(GOLDEN, out).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(GOLDEN, out))
 
     table = _main_table(md)
     at = table[0].index("RMSE")

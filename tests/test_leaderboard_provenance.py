@@ -3,6 +3,8 @@ a dense subset's extra samples included, and the repetition penalty named where 
 
 from __future__ import annotations
 
+from helpers.leaderboard import board_text
+
 from lenbench.generation.label_counts import label_counts
 from lenbench.leaderboard.provenance import _penalty_text
 
@@ -41,7 +43,7 @@ def test_two_builds_of_one_world_name_their_shipped_version(tmp_path):
         source = next((REPO / "leaderboard" / "results" / folder).glob(f"*-{labels}.json"))
         (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
         shutil.copy(source, tmp_path / "results" / folder / source.name)
-    text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
+    text = board_text(build_leaderboard(tmp_path / "results", tmp_path / "lb"))
     v2, v1 = (text.split(f"\n## {name} / smollm2-135m-instruct (temperature 0.7, cap {cap})")[1]
               for name, cap in (("smollm2_sharegpt v2", 768), ("smollm2_sharegpt", 384)))
     assert "shipped world `smollm2_sharegpt@2`" in v2.split("\n## ")[0]
@@ -65,7 +67,7 @@ def test_a_greedy_build_is_named_greedy_and_the_hash_moves_to_its_details(tmp_pa
     greedy["generation"]["sampling"]["temperature"] = 0.0
     greedy["fingerprints"]["labels"] = "f071ffcbf2cd2d21"
     (tmp_path / "results" / folder / "greedy.json").write_text(json.dumps(greedy))
-    text = build_leaderboard(tmp_path / "results", tmp_path / "lb", site=False).read_text()
+    text = board_text(build_leaderboard(tmp_path / "results", tmp_path / "lb", site=False))
     heading = "\n## smollm2_sharegpt_greedy / smollm2-135m-instruct (greedy, cap 768)\n"
     assert heading in text
     section = text.split(heading)[1].split("\n## ")[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.leaderboard import schedule
+from helpers.leaderboard import board_text, schedule
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
@@ -66,7 +66,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
         write_result(result_path(results, "toyworld", "toy", "bin_classifier",
                                  r["config_hash"]), r)
     out = tmp_path_factory.mktemp("board")
-    return build_leaderboard(results, out).read_text(encoding="utf-8"), out, scheds
+    return board_text(build_leaderboard(results, out)), out, scheds
 
 
 def _section(md: str) -> str:
@@ -159,7 +159,7 @@ def test_only_legacy_records(tmp_path: Path) -> None:
         r = json.loads(path.read_text())
         r["scheduling"] = _legacy(schedule(true, true, np.full(200, 20), "mlp_probe", sim))
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
-    text = _section(build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8"))
+    text = _section(board_text(build_leaderboard(results, tmp_path / "board")))
     assert "2 predictor result(s) were simulated before this score existed" in text
     assert "| Predictor |" not in text
 
@@ -176,7 +176,7 @@ def test_other_sim_config_is_not_pooled(tmp_path: Path) -> None:
         r = json.loads(path.read_text())
         r["scheduling"] = schedule(true, true * 1.2, np.full(200, 20), "mlp_probe", sims[r["seed"]])
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
-    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(results, tmp_path / "board"))
     _, rows = _sched_rows(md)
     assert rows["mlp_probe"][12] == "1"
     assert "1 predictor result(s) simulated with another sim configuration" in _section(md)
@@ -225,7 +225,7 @@ def test_scheduling_comparison_table(tmp_path: Path) -> None:
         r["scheduling"] = schedule(true, noisy * 1.5, prompt, "bin_classifier", sim)
         write_result(result_path(results, "toyworld", "toy", "bin_classifier",
                                  r["config_hash"]), r)
-    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(results, tmp_path / "board"))
     _, main_rows = _sched_rows(md)
     part = _section(md).split("#### Scheduling comparison", 1)[1]
     lines = [ln for ln in part.splitlines() if ln.startswith("| ")]
@@ -271,7 +271,7 @@ def test_token_keyed_records_are_not_pooled(tmp_path: Path) -> None:
         if r["seed"] == 1:
             r["scheduling"].pop("queue_key")
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
-    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(results, tmp_path / "board"))
     _, rows = _sched_rows(md)
     assert rows["mlp_probe"][12] == "1"
     assert ("1 predictor result(s) were simulated before this score existed (their queues were "
@@ -290,8 +290,7 @@ def test_no_score_cell_says_why(tmp_path: Path) -> None:
         r = json.loads(path.read_text())
         r["scheduling"] = schedule(true, true * 1.2, np.full(200, 20), "mlp_probe", sim)
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
-    _, rows = _sched_rows(build_leaderboard(results, tmp_path / "board").read_text(
-        encoding="utf-8"))
+    _, rows = _sched_rows(board_text(build_leaderboard(results, tmp_path / "board")))
     assert re.fullmatch(r"— \((no oracle gain: [+-]\d+\.\d% of baseline|oracle gain "
                         r"[+-]\d+\.\d% of baseline, within 2 standard errors of 0 over 2 "
                         r"simulator seeds)\)", rows["mlp_probe"][1]), rows["mlp_probe"]
@@ -323,7 +322,7 @@ def test_caption_states_the_classes_below_the_cap(tmp_path: Path) -> None:
         r["scheduling"] = schedule(true, true * 1.2, np.full(300, 20), "mlp_probe",
                                    dict(SIM, n_requests=300), censored=cut)
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
-    section = _section(build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8"))
+    section = _section(board_text(build_leaderboard(results, tmp_path / "board")))
     caption = next(ln for ln in section.splitlines() if ln.startswith("Score = "))
     match = re.search(r"long = at least (\d+) tokens \(the 90th percentile of their lengths\) "
                       r"\((\d+\.\d)% of test rows\); capped = cut at the cap \((\d+\.\d)% of "

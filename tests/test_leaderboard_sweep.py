@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.leaderboard import schedule
+from helpers.leaderboard import board_text, schedule
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import PROTOCOL_VERSION, result_path, write_result
@@ -37,7 +37,7 @@ def _board(tmp: Path, sim: dict) -> tuple[str, dict, Path]:
         r["protocol_version"] = PROTOCOL_VERSION
         write_result(result_path(results, "toyworld", "toy", "mlp_probe", r["config_hash"]), r)
     out = tmp / "board"
-    return build_leaderboard(results, out).read_text(encoding="utf-8"), scheds, out
+    return board_text(build_leaderboard(results, out)), scheds, out
 
 
 def _table(md: str, heading: str) -> list[list[str]]:

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 from helpers.cli import REPO
-from helpers.leaderboard import GOLDEN, synthetic_result
+from helpers.leaderboard import GOLDEN, board_text, synthetic_result
 
 from lenbench.leaderboard.document import main
 from lenbench.leaderboard.table import COLUMNS, load_table, result_rows, results_table
@@ -143,7 +143,7 @@ def test_the_audit_is_a_figure_and_a_column(tmp_path):
     audit = table[(table["metric"] == "causality.passed") & (table["variant"] == "")]
     assert sorted(zip(audit["predictor"], audit["seed"], audit["value"])) == [
         ("alpha", 0, 1.0), ("alpha", 1, 1.0), ("beta", 0, 1.0), ("beta", 1, 0.0)]
-    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     lines = md.split("| Predictor |", 1)[1].split("\n\n", 1)[0].splitlines()
     header = ["Predictor", *[c.strip() for c in lines[0].strip().strip("|").split(" | ")]]
     at = header.index("Audit")

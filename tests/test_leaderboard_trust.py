@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from helpers.leaderboard import board_text
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
@@ -70,7 +71,7 @@ def test_paired_difference_to_the_reference(tmp_path: Path) -> None:
     seeded = [result(name, true, pred, ids, seed=s) for s in (0, 1)
               for name, pred in (("mlp_probe", probe), ("worse", worse), ("other", same))]
     res = write(tmp_path / "res", *seeded, result("one_seed", true, worse, ids))
-    board = build_leaderboard(res, tmp_path / "board").read_text()
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     rows = table_rows(board)
     assert "Δ vs mlp_probe" in board
     assert rows["mlp_probe"][3] == "(reference)"
@@ -90,7 +91,7 @@ def test_results_on_other_labels_are_kept_apart(tmp_path: Path) -> None:
     legacy = result("constant", true, np.full(true.size, 200.0), ids, fingerprint=None)
     res = write(tmp_path / "res", a, b, legacy)
     assert len(list((res / "toyworld" / "toy" / "mlp_probe").glob("*.json"))) == 2
-    board = build_leaderboard(res, tmp_path / "board").read_text()
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     assert "## toyworld / toy (labels `aaaaaaaa`)" in board
     assert "## toyworld / toy (labels `bbbbbbbb`)" in board
     assert "## toyworld / toy (labels not fingerprinted)" in board
@@ -110,7 +111,7 @@ def test_one_noise_floor_row_with_its_bounds(tmp_path: Path) -> None:
         f["created_at"] = f"2025-01-0{seed + 1}T00:00:00Z"
         floors.append(f)
     res = write(tmp_path / "res", *floors, result("mlp_probe", true, true + 5, ids))
-    board = build_leaderboard(res, tmp_path / "board").read_text()
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     rows = table_rows(board)
     floor = rows["*noise_floor* (ref)"]
     assert floor[1] == "12.7 – 18.8" and floor[2] == "[11.0, 21.0]" and floor[-1] == "1"
@@ -122,6 +123,6 @@ def test_clipping_and_a_small_split_are_said(tmp_path: Path) -> None:
     true, ids, _ = world(n_prompts=10)
     res = write(tmp_path / "res", result("mlp_probe", true, true, ids, n_clipped_low=0,
                                          n_clipped_high=4))
-    board = build_leaderboard(res, tmp_path / "board").read_text()
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     assert "**Too few test prompts to rank predictors** (10 < 30)" in board
     assert "mlp_probe (totals: 0 below 1, 4 above the cap)" in board

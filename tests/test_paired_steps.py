@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.leaderboard import GOLDEN, heading_block, synthetic_result
+from helpers.leaderboard import GOLDEN, board_text, heading_block, synthetic_result
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.results import result_path, write_result
@@ -124,7 +124,7 @@ def test_leaderboard_shows_the_paired_step_table(tmp_path: Path) -> None:
                             step_error_record(err, ts)}
         write_result(result_path(results, "toyworld", "toy", r["predictor"]["name"],
                                  r["config_hash"]), r)
-    md = build_leaderboard(results, tmp_path / "board").read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(results, tmp_path / "board"))
     block = heading_block(md, "Dynamic MAE by observed steps")
     assert "| Predictor | Δ t = 0 | Δ t = 8 | Δ t = 16 |" in block
     line = next(ln for ln in block.splitlines() if ln.startswith("| plp |"))

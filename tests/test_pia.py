@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, run_lenbench
+from helpers.leaderboard import board_text
 
 from baselines.pia import PIA, parse_length
 from lenbench.contract.needs import TargetModel
@@ -157,7 +158,7 @@ def test_runs_through_the_harness(e2e, tmp_path) -> None:
     report = result["report"]
     assert report["n_asked"] == result["dataset"]["n_test"]
     assert 0 <= report["n_unparseable"] <= report["n_asked"] and report["tokens_per_word"] > 0
-    board = (tmp_path / "leaderboard" / "README.md").read_text()
+    board = board_text(tmp_path / "leaderboard" / "README.md")
     assert "| pia (raw, words) |" in board
     assert "pia (calibrated, tokens/word = " in board
     assert "### Predictor details" in board and "n_unparseable" in board

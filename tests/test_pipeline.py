@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, REPO, E2ERun, lenbench_cmd, run_lenbench
+from helpers.leaderboard import board_text
 
 from lenbench.results import validate_result
 from lenbench.scoring.noise_floor import noise_floor_predictions
@@ -120,7 +121,7 @@ def test_numbers_recompute_from_the_cached_labels(results, labels):
 
 
 def test_leaderboard_lists_every_row(e2e: E2ERun, results):
-    board = (e2e.leaderboard_dir / "README.md").read_text()
+    board = board_text(e2e.leaderboard_dir / "README.md")
     rows = [ln for ln in board.splitlines() if ln.startswith("| ")]
     for name in SUITE:
         mae = results[name][0]["metrics"]["static"]["mae"]

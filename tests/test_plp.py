@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from helpers.leaderboard import board_text
 from helpers.worlds import synthetic_world, views
 
 from baselines.plp import PLP
@@ -65,5 +66,5 @@ def test_runs_through_the_harness(e2e, tmp_path: Path) -> None:
     assert dyn["mae_by_observed_steps"][0] is not None
     assert dyn["n_by_observed_steps"][0] == result["dataset"]["n_test"]
     assert "t=0" in "".join(result["report"]["val_mae_by_observed_steps"])
-    board = (tmp_path / "leaderboard" / "README.md").read_text()
+    board = board_text(tmp_path / "leaderboard" / "README.md")
     assert "#### Dynamic MAE by observed steps" in board and "| t = 0 | t = 8 |" in board

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.leaderboard import schedule, synthetic_result
+from helpers.leaderboard import board_text, schedule, synthetic_result
 from helpers.worlds import CFG, TrainQuantiles, make_world
 
 from lenbench.evaluate import evaluate_predictor, failed_result, noise_floor_result
@@ -67,7 +67,7 @@ def test_a_section_with_an_old_result_says_so_and_marks_its_row(tmp_path: Path) 
     res = tmp_path / "results"
     synthetic_result(res, "old", 0, protocol_version=None)
     synthetic_result(res, "new", 0)
-    board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     section = board.split("## toyworld / toy\n\n", 1)[1]
     assert section.startswith(f"{NOTE} (1 of 2 results, marked ‡): these figures were computed "
                               "before the scale-free scheduling score")
@@ -84,7 +84,7 @@ def test_a_section_of_current_results_has_no_note_and_no_marker(tmp_path: Path) 
     res = tmp_path / "results"
     synthetic_result(res, "alpha", 0)
     synthetic_result(res, "beta", 0)
-    board = build_leaderboard(res, tmp_path / "board").read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board"))
     assert NOTE not in board
     assert sorted(_names(board)) == ["alpha", "beta"]
     assert not any("‡" in name for name in _names(board))
@@ -123,7 +123,7 @@ def test_a_result_whose_scheduling_alone_is_older_is_marked_in_that_table_only(
     res = tmp_path / "results"
     _scheduled(res, "current", PROTOCOL_VERSION, SIM)
     _scheduled(res, "older", 3, SIM)
-    board = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     assert NOTE not in board.split("### Scheduling", 1)[0]
     assert sorted(_names(board)) == ["current", "older"]
     above, names = _scheduling(board)
@@ -147,7 +147,7 @@ def test_records_of_the_earlier_score_are_not_pooled_with_current_ones(tmp_path:
     _scheduled(res, "current", PROTOCOL_VERSION, SIM)
     for name in ("older_a", "older_b"):
         _scheduled(res, name, 3, dict(SIM, score_metric="e2e_mean_short"))
-    board = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     above, names = _scheduling(board)
     assert NOTE not in above and [n for n in names if "older" in n] == []
     assert "2 predictor result(s) simulated with another sim configuration or other simulator " \

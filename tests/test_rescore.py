@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.leaderboard import board_text
 from helpers.worlds import CAP, CFG, make_world
 
 from lenbench import Predictor
@@ -117,7 +118,7 @@ def test_the_tool_prints_old_and_new_and_the_board_marks_only_the_kept_rows(
     (result,), problems = load_results(res)
     assert not problems and result.protocol_version == PROTOCOL_VERSION
     assert result.kept_protocols == {"metrics.variants": 2}
-    board = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    board = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     world = board.split("\n## Verdict", 1)[-1].split("\n## ", 1)[-1]  # past the verdict
     main_table = world.split("| Predictor |", 1)[1].split("\n\n", 1)[0]
     names = sorted(ln.split(" | ")[0].lstrip("| ") for ln in main_table.splitlines()

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.cli import E2E_UPSTREAM, run_lenbench
+from helpers.leaderboard import board_text
 from helpers.worlds import CFG, STRIDE
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
@@ -156,7 +157,7 @@ def test_the_result_validates_and_the_leaderboard_names_both_sets(tmp_path):
     folder = tmp_path / "results" / "home" / "m" / "median"
     folder.mkdir(parents=True)
     (folder / "a.json").write_text(json.dumps(result))
-    text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
+    text = board_text(build_leaderboard(tmp_path / "results", tmp_path / "lb"))
     assert "### Transfer: trained on home, scored on away" in text
     assert "promptset `home-ps`" in text and "promptset `away-ps`" in text
     section = text.split("### Transfer")[1]
@@ -176,7 +177,7 @@ def test_two_sets_of_one_source_are_named_by_the_settings_that_tell_them_apart(t
     folder = tmp_path / "results" / "home" / "m" / "median"
     folder.mkdir(parents=True)
     (folder / "a.json").write_text(json.dumps(json_safe(validate_result(json_safe(result)))))
-    text = build_leaderboard(tmp_path / "results", tmp_path / "lb").read_text()
+    text = board_text(build_leaderboard(tmp_path / "results", tmp_path / "lb"))
     name = block["trained_on"]["name"]
     assert (f"### Transfer: trained on {name} (limit 2250, max_words 60, min_words —), "
             f"scored on {name} (limit 400, max_words 120, min_words 61)") in text
@@ -332,7 +333,7 @@ def test_smoke_world_predictors_are_scored_on_a_second_prompt_set(session_cache,
     assert len(t["metrics"]["static"]["mae_ci"]) == 2
     assert probe["transfer"]["metrics"]["dynamic"]["mae"] > 0  # mlp_probe is dynamic
     assert results["noise_floor"]["transfer"]["metrics"]["noise_floor"]["leave_one_out"] >= 0
-    board = (tmp_path / "lb" / "README.md").read_text()
+    board = board_text(tmp_path / "lb" / "README.md")
     assert "### Transfer: trained on toyworld, scored on lists" in board
     assert f"labels `{t['scored_on']['key']}`" in board
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from helpers.leaderboard import GOLDEN
+from helpers.leaderboard import GOLDEN, board_text
 
 from lenbench.leaderboard import build_leaderboard
 from lenbench.leaderboard.claim_figures import Figures
@@ -62,7 +62,7 @@ def test_the_verdict_opens_the_page_with_tiers_advice_and_a_plot(tmp_path):
     res = tmp_path / "results"
     _world(res)
     out = tmp_path / "board"
-    md = build_leaderboard(res, out, site=False).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, out, site=False))
     lines = md.splitlines()
     assert lines.index(f"## {HEADING}") < 10
     assert next(i for i, ln in enumerate(lines) if ln.startswith("![Cost against")) < 80
@@ -80,7 +80,7 @@ def test_the_verdict_opens_the_page_with_tiers_advice_and_a_plot(tmp_path):
 def test_the_sentences_hold_and_a_planted_false_one_fails(tmp_path):
     res = tmp_path / "results"
     _world(res)
-    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     text = which_predictor_when(md)
     figures = Figures(res)
     report = check_text(text, figures)
@@ -93,5 +93,5 @@ def test_the_sentences_hold_and_a_planted_false_one_fails(tmp_path):
 def test_a_toy_model_gets_no_verdict(tmp_path):
     res = tmp_path / "results"
     _world(res, model="toy")
-    md = build_leaderboard(res, tmp_path / "board", site=False).read_text(encoding="utf-8")
+    md = board_text(build_leaderboard(res, tmp_path / "board", site=False))
     assert HEADING not in md

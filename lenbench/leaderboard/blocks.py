@@ -60,8 +60,9 @@ class Table:
 
 @dataclass
 class Caption:
-    """What a table's columns mean. The markdown prints it where it stands, under its table;
-    a web page gathers each caption once, in its glossary, linked from the column headers."""
+    """What a table's columns mean. The markdown writes each caption once, in glossary.md, and
+    links it from under its table (pages.py); a web page gathers each caption once, in its
+    glossary, linked from the column headers."""
 
     key: str
     text: str

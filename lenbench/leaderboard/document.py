@@ -1,5 +1,5 @@
-"""Assembly of README.md and the site: per (dataset, model) sections from the other modules,
-provenance, failed runs, and the console script."""
+"""Assembly of the leaderboard: per (dataset, model) sections from the other modules, provenance,
+failed runs, the markdown pages (pages.py) and the site, and the console script."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from lenbench.configs.run import PathsConfig
-from lenbench.leaderboard import metric_specs
 from lenbench.leaderboard.blocks import (
     LEFT,
     RIGHT,
@@ -22,16 +21,13 @@ from lenbench.leaderboard.blocks import (
     Items,
     Table,
     Text,
-    markdown_lines,
 )
-from lenbench.leaderboard.cells import DASH, cell_text, mean
+from lenbench.leaderboard.cells import cell_text, mean
 from lenbench.leaderboard.details import details_section
 from lenbench.leaderboard.distributions import distributions_section
-from lenbench.leaderboard.greedy_beside_sampled import (
-    companion_pairs,
-    greedy_beside_sampled,
-    section_floor,
-)
+from lenbench.leaderboard.greedy_beside_sampled import companion_pairs, greedy_beside_sampled
+from lenbench.leaderboard.main_table import family_note, front_table, main_table
+from lenbench.leaderboard.pages import Summary, write_pages
 from lenbench.leaderboard.plots import PLOT_PREFIX, progress_plot, scatter_plot
 from lenbench.leaderboard.provenance import provenance_blocks
 from lenbench.leaderboard.rows import (
@@ -41,117 +37,25 @@ from lenbench.leaderboard.rows import (
     earlier_protocol,
     gap_share_cell,
     main_legend,
-    metric_cell,
-    name_cell,
     outdated_since,
 )
 from lenbench.leaderboard.scheduling import scheduling_section
 from lenbench.leaderboard.site import World, write_site
 from lenbench.leaderboard.transfer import transfer_section
 from lenbench.leaderboard.verdict import verdict_blocks
-from lenbench.results import (
-    PROTOCOL_CHANGES,
-    ErrorInfo,
-    Result,
-    load_results_from,
-    safe_name,
-)
+from lenbench.leaderboard.world_names import world_title
+from lenbench.results import PROTOCOL_CHANGES, ErrorInfo, Result, load_results_from, safe_name
 from lenbench.results.checks import is_number
 from lenbench.runtime.figure_files import rendering_aside
-from lenbench.scoring.comparisons import (
-    DEFAULT_REFERENCE,
-    FALLBACK_REFERENCE,
-    choose_reference,
-    gain_split,
-    paired_cell,
-)
-from lenbench.stages import atomic_write_bytes
+from lenbench.scoring.comparisons import DEFAULT_REFERENCE
 
-__all__ = ["build_leaderboard", "main"]
+__all__ = ["build_leaderboard", "gap_share_cell", "main", "world_title"]
+
+_main_table = main_table  # the name the tests of decoding variants know
 
 
 # ---------------------------------------------------------------------------------------------
 # document
-
-
-def _delta_cell(row: Row, ref: Row, kind: str) -> str:
-    """A row's paired difference to the reference predictor (`kind`: static or dynamic)."""
-    if row is ref:
-        return "(reference)"
-    if row.kind != "predictor" or (kind == "dynamic" and (
-            row.variant is not None or not row.values("dynamic.mae"))):
-        return DASH
-    return paired_cell(row.scored_rows(), ref.scored_rows(), kind)
-
-
-GAIN_SPLIT = "Gain: ended / capped"
-
-
-def _gain_cell(row: Row, const: Row) -> str:
-    """The row's MAE gain over the constant from the rows that ended and from the censored
-    ones (a dash for references, the constant, and a world without censored rows)."""
-    if row.kind != "predictor" or row is const:
-        return DASH
-    split = gain_split(row.scored_rows(), const.scored_rows())
-    if split is None or not any((p.censored or [False]).count(True) for p in
-                                row.scored_rows() if p is not None):
-        return DASH
-    return f"{split[0]:+.1f} / {split[1]:+.1f}"
-
-
-def _main_table(rows: list[Row], reference: str) -> tuple[Table, str | None]:
-    """The main table: the name, a column per metric spec (metric_specs.MAIN_METRICS), each
-    followed where its spec says so by the paired difference to the reference predictor (static,
-    and dynamic when the reference is dynamic), and the seeds; returns the table and the
-    reference used (None: no Δ column)."""
-    mains = {r.name: r for r in rows if r.variant is None and r.kind == "predictor"}
-    ref_name = choose_reference(sorted(mains), reference)
-    ref = mains.get(ref_name) if ref_name else None
-    paired: set[str] = set()  # the kinds of paired difference shown
-    if ref is not None:
-        paired = {"static", "dynamic"} if ref.values("dynamic.mae") else {"static"}
-    header, align, body = ["Predictor"], [LEFT], [[name_cell(row)] for row in rows]
-    for spec in metric_specs.MAIN_METRICS:
-        header.append(spec.label)
-        align.append(RIGHT)
-        for row, cells in zip(rows, body):
-            cells.append(metric_cell(row, spec))
-        if ref is not None and spec.delta in paired:
-            header.append(f"{'Δ' if spec.delta == 'static' else 'Dyn. Δ'} vs {ref_name}")
-            align.append(RIGHT)
-            for row, cells in zip(rows, body):
-                cells.append(_delta_cell(row, ref, spec.delta))
-    floor = section_floor(rows)
-    const = mains.get(FALLBACK_REFERENCE)
-    if floor is not None and const is not None:
-        header.append("Share of gap")
-        align.append(RIGHT)
-        for row, cells in zip(rows, body):
-            cells.append(gap_share_cell(row, const, floor))
-    if const is not None and any(_gain_cell(row, const) != DASH for row in rows):
-        header.append(GAIN_SPLIT)
-        align.append(RIGHT)
-        for row, cells in zip(rows, body):
-            cells.append(_gain_cell(row, const))
-    header.append("Seeds")
-    align.append(RIGHT)
-    for row, cells in zip(rows, body):
-        cells.append(str(len(row.results)))
-    return Table(header, body, align, caption="main"), ref_name if ref is not None else None
-
-
-def family_note(table: Table, ref_name: str | None) -> list[Block]:
-    """How many paired differences the main table tests at 95%, and how many of them would be
-    bold by chance alone if no predictor differed from the reference: the bold is not corrected
-    for multiplicity, so the reader needs the family's size beside it."""
-    columns = [j for j, h in enumerate(table.header) if h.startswith(("Δ vs", "Dyn. Δ vs"))]
-    tested = [row[j] for row in table.rows for j in columns if "[" in row[j]]
-    if ref_name is None or len(tested) < 2:
-        return []
-    bold = sum(cell.startswith("**") for cell in tested)
-    return [Text(f"The Δ columns test {len(tested)} differences with {ref_name} at 95%, with no "
-                 f"correction for multiplicity: if no predictor differed from it, about "
-                 f"{0.05 * len(tested):.1f} of them would be bold by chance. {bold} are bold.")]
 
 
 def too_few_prompts(ok: list[Result]) -> int | None:
@@ -225,37 +129,12 @@ def _protocol_note(rows: list[Row]) -> list[Block]:
                  f"section's runs to rescore them.{partly}")]
 
 
-def _shared(ok: list[Result], value: Callable[[Result], Any]) -> Any:
-    """The value every result gives (None where they differ or give none)."""
-    values = {repr(value(r)) for r in ok}
-    return value(ok[0]) if len(values) == 1 else None
-
-
-def world_title(dataset: str, model: str, ok: list[Result], fingerprint: str | None,
-                several_builds: bool) -> str:
-    """A section's name in words: the shipped world its labels came from (`name@2` reads "name
-    v2"), else the data set, and the model; where several builds of one data set and model
-    each get a section, how each was sampled (greedy or a temperature, and the cap), and the
-    labels' fingerprint only where nothing else tells them apart."""
-    shipped = _shared(ok, lambda r: (r.config.get("generation") or {}).get("shipped"))
-    name = dataset if not shipped else str(shipped).replace("@", " v")
-    title = f"{name} / {model}"
-    if not several_builds:
-        return title
-    sampling = _shared(ok, lambda r: (r.generation or {}).get("sampling")) or {}
-    temperature, cap = sampling.get("temperature"), sampling.get("max_new_tokens")
-    if shipped and is_number(temperature):
-        how = "greedy" if temperature == 0 else f"temperature {temperature:g}"
-        return f"{title} ({how}" + (f", cap {cap})" if is_number(cap) else ")")
-    return title + (f" (labels `{fingerprint[:8]}`)" if fingerprint
-                    else " (labels not fingerprinted)")
-
-
 def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
              written: set[Path], reference: str = DEFAULT_REFERENCE,
-             fingerprint: str | None = None, split_by_fingerprint: bool = False) -> World:
+             fingerprint: str | None = None, split_by_fingerprint: bool = False,
+             siblings: Sequence[list[Result]] = ()) -> tuple[World, Summary]:
     rows, superseded = build_rows(ok)
-    heading = world_title(dataset, model, ok, fingerprint, split_by_fingerprint)
+    heading = world_title(dataset, model, ok, fingerprint, split_by_fingerprint, siblings)
     lines = [Heading(2, heading), *_protocol_note(rows)]
     if split_by_fingerprint:
         lines.append(Text("**These results were scored on different labels from the other "
@@ -298,9 +177,10 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
                           "set or model (several keys above); rows may not be comparable."))
 
     lines += _scoring_notes(ok, rows)
-    table, ref_name = _main_table(rows, reference)
+    table, ref_name = main_table(rows, reference)
     lines.append(table)
-    lines += family_note(table, ref_name)
+    family = family_note(table, ref_name)
+    lines += family
     if superseded:
         lines.append(Text(f"{superseded} older result(s) for a predictor and seed already shown "
                           "were superseded by newer runs and are not counted."))
@@ -323,7 +203,25 @@ def _section(dataset: str, model: str, ok: list[Result], out_dir: Path,
     lines += details_section(rows, reference)
     lines += scheduling_section(ok, out_dir, stem, written, title, reference)
     lines += transfer_section(ok, reference, MIN_RANKING_PROMPTS)
-    return World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
+    world = World(heading, stem[len(PLOT_PREFIX):], lines, rows, ok, too_few_prompts(ok))
+    front, unpaired = front_table(rows, table)
+    if unpaired:
+        family = [*family, Text("On the world's page only, as they cannot be paired with the "
+                                "reference: " + ", ".join(cell_text(n) for n in unpaired) + ".")]
+    return world, Summary(_summary_line(info[:1] + info[-1:] if shipped else info[:1], ok, rows),
+                          front, family)
+
+
+def _summary_line(info: list[str], ok: list[Result], rows: list[Row]) -> str:
+    """The front page's line on a world: its test set, the shipped world it is, and a word where
+    its rows need care (the world's page says why)."""
+    warn = []
+    if few := too_few_prompts(ok):
+        warn.append(f"**too few test prompts to rank predictors** ({few} < {MIN_RANKING_PROMPTS})")
+    if _protocol_note(rows):
+        warn.append("some figures scored under an earlier protocol (‡)")
+    text = "; ".join(info + warn) or "No test set recorded"
+    return text[0].upper() + text[1:] + "."
 
 
 def _test_prompts(world: World) -> int:
@@ -363,11 +261,13 @@ def build_leaderboard(results_dir: str | Path, out_dir: str | Path,
                       reference: str = DEFAULT_REFERENCE, site: bool = True) -> Path:
     """Write ``out_dir/README.md`` and its plots from ``results_dir``; return the README path.
 
-    With `site`, also the web pages of the same tables (``index.html`` and one
-    ``world-*.html`` per world, lenbench/leaderboard/site.py). Stale ``plot-*.png`` (and, with
-    `site`, ``world-*.html``) files from an earlier build are removed so that the folder matches
-    the markdown exactly; no other file in ``out_dir`` is touched. `reference` names the
-    predictor every other one is compared with, paired (the constant where it is absent).
+    README.md is the front page (the verdict, then each world's main table); each world's every
+    table is on its ``world-<stem>.md`` and the captions are in ``glossary.md`` (pages.py). With
+    `site`, also the web pages of the same tables (``index.html`` and one ``world-*.html`` per
+    world, lenbench/leaderboard/site.py). Stale ``plot-*.png``, ``world-*.md`` (and, with `site`,
+    ``world-*.html``) files from an earlier build are removed so that the folder matches the
+    markdown exactly; no other file in ``out_dir`` is touched. `reference` names the predictor every
+    other one is compared with, paired (the constant where it is absent).
     """
     return _build(results_dir, out_dir, reference, site)[0]
 
@@ -398,15 +298,18 @@ def _build(results_dir: str | Path | Sequence[str | Path], out_dir: str | Path,
     if not by_pair:
         intro.append(Text("No successful results yet."))
     written: set[Path] = set()
-    worlds = []
+    sections: list[tuple[World, Summary]] = []
     with rendering_aside():  # the plots render in forks while the tables are built
         for dataset, model in sorted(by_pair):
             groups = by_pair[(dataset, model)]
             for fp in sorted(groups, key=lambda f: (f == "", f)):
-                worlds.append(_section(dataset, model, groups[fp], out, written, reference,
-                                       fp or None, split_by_fingerprint=len(groups) > 1))
-    worlds.sort(key=_newest, reverse=True)
-    worlds.sort(key=_test_prompts, reverse=True)  # the largest first, the newest among equals
+                sections.append(_section(dataset, model, groups[fp], out, written, reference,
+                                         fp or None, split_by_fingerprint=len(groups) > 1,
+                                         siblings=[groups[f] for f in groups if f != fp]))
+    sections.sort(key=lambda s: _newest(s[0]), reverse=True)
+    # the largest first, the newest among equals
+    sections.sort(key=lambda s: _test_prompts(s[0]), reverse=True)
+    worlds = [world for world, _ in sections]
     for sampled, greedy in companion_pairs(worlds):  # the same prompts, greedy and sampled
         greedy.blocks.extend(greedy_beside_sampled(sampled, greedy))
     intro += verdict_blocks(worlds, out, written)  # the front page decides first
@@ -415,9 +318,7 @@ def _build(results_dir: str | Path | Sequence[str | Path], out_dir: str | Path,
     for stale in out.glob(f"{PLOT_PREFIX}*.png"):
         if stale not in written:
             stale.unlink()
-    lines = markdown_lines([*intro, *(b for world in worlds for b in world.blocks), *failures])
-    readme = out / "README.md"
-    atomic_write_bytes(readme, ("\n".join(lines).rstrip("\n") + "\n").encode("utf-8"))
+    readme = write_pages(out, intro, worlds, [summary for _, summary in sections], failures)
     if site:
         write_site(out, Path(results_dir), intro, worlds, failures)
     counts = {"ok": len(ok), "failed": len(failed), "invalid": len(problems)}

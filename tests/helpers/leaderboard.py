@@ -75,3 +75,36 @@ def schedule(true, pred, prompt_len, name: str, sim: dict, **kw) -> dict:
     from lenbench.sim import SimConfig
 
     return scheduling_block(true, pred, prompt_len, name, SimConfig.from_dict(sim), **kw)
+
+
+def board_text(readme: Path) -> str:
+    """The whole markdown leaderboard as one text, as a reader following its links reads it:
+    README.md with each world's summary replaced by the world's own page, and each "What the
+    columns mean" link replaced by the caption it points to in the glossary (the wording for
+    that world)."""
+    import re
+
+    from lenbench.leaderboard.pages import GLOSSARY, anchor
+
+    folder = readme.parent
+    captions: dict[str, list[str]] = {}  # anchor -> its wordings
+    if (folder / GLOSSARY).is_file():
+        for part in (folder / GLOSSARY).read_text(encoding="utf-8").split("\n## ")[1:]:
+            title, _, body = part.partition("\n")
+            captions[anchor(title)] = [p for p in body.strip().split("\n\n") if p]
+
+    def caption(world: str, link: re.Match) -> str:
+        wordings = captions.get(link.group(1), [link.group(0)])
+        mine = [w.split(":* ", 1)[1] for w in wordings if w.startswith(f"*In {world}:* ")]
+        return mine[0] if mine else wordings[0]
+
+    parts = readme.read_text(encoding="utf-8").split("\n## ")
+    for i, part in enumerate(parts[1:], 1):
+        link = re.search(r"\]\((world-[^)]+\.md)\)", part)
+        if link and (folder / link.group(1)).is_file():
+            page = (folder / link.group(1)).read_text(encoding="utf-8")
+            part = page.split("\n## ", 1)[1]  # without the way back
+        world = part.split("\n", 1)[0]
+        parts[i] = re.sub(rf"What the columns mean: \[[^]]*\]\({GLOSSARY}#([^)]+)\)\.",
+                          lambda m, w=world: caption(w, m), part)
+    return "\n## ".join(parts)
