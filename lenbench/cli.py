@@ -37,7 +37,7 @@ from lenbench.data.sources.reading import SourceError
 from lenbench.generation.llamacpp_server import LlamaServerError
 from lenbench.generation.ray_executor import RaySetupError
 from lenbench.models.gguf import ModelSourceError
-from lenbench.runtime.heap import hold, settle
+from lenbench.runtime.heap import hold, release, settle
 from lenbench.runtime.stage_times import StageClock, recording, timed
 from lenbench.validate import ConfigError, check_config, unknown_key_problems
 from lenbench.worlds.shipped import ShippedWorldError
@@ -415,7 +415,9 @@ def _app(cfg: DictConfig) -> None:
             raise
         print(f"lenbench: {exc} (debug=true shows the traceback)", file=sys.stderr)
         sys.exit(2)
-    if HydraConfig.get().mode != RunMode.MULTIRUN and cfg.generation.worker is None:
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        release()  # the sweep's next job runs in this process: what this one held may go
+    elif cfg.generation.worker is None:
         rebuild_leaderboard(cfg.paths.results_dir, cfg.paths.leaderboard_dir)
     _report_failures(cfg, written)
 

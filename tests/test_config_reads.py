@@ -46,6 +46,7 @@ STORED = {
     "lenbench.leaderboard.scheduling": "the sim settings a result's scheduling block recorded",
     "lenbench.leaderboard.scheduling_scores": "the class thresholds a scheduling block recorded",
     "lenbench.leaderboard.transfer": "the two prompt sets' settings a result's config recorded",
+    "lenbench.leaderboard.world_names": "the shipped world a result's config recorded",
     "lenbench.rescore_scheduling": "the cache folder a stored result's config recorded",
     "lenbench.results.rescore": "the cap and eval settings a stored result's config recorded",
     "lenbench.sim.record": "the sim settings of a stored scheduling block, rescored",

@@ -15,13 +15,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ray = pytest.importorskip("ray", reason="generation.executor=ray needs ray (pip install "
-                                        "lenbench[ray])")
-
 N_PROMPTS = 10  # -> 4 shards of 3 prompts (3, 3, 3, 1): 4 Ray tasks
 SETTINGS = ["model=toy_tiny", f"dataset.n_prompts={N_PROMPTS}", "generation.n_samples=2",
             "generation.max_new_tokens=16", "generation.shard_prompts=3", "progress=false",
             "threads=1"]
+
+
+def _ray():
+    """Ray, or a skip where it is not installed (the checks above need no Ray)."""
+    return pytest.importorskip("ray", reason="generation.executor=ray needs ray (pip install "
+                                             "lenbench[ray])")
 
 
 def test_ray_not_installed_names_the_extra(monkeypatch):
@@ -60,6 +63,7 @@ def test_executor_settings_are_checked(monkeypatch):
 def test_a_bad_address_fails_fast_and_says_what_to_give(address, why):
     from lenbench.generation.ray_executor import RaySetupError, connect
 
+    ray = _ray()
     if ray.is_initialized():
         pytest.skip("Ray is already initialised in this process")
     with pytest.raises(RaySetupError, match=rf"generation.ray_address='{address}': no Ray "
@@ -70,6 +74,7 @@ def test_a_bad_address_fails_fast_and_says_what_to_give(address, why):
 @pytest.fixture(scope="module")
 def local_ray():
     """A local cluster of 2 CPUs for the module (the executor joins it, and leaves it up)."""
+    ray = _ray()
     try:
         ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
                  log_to_driver=False)
@@ -145,6 +150,6 @@ def test_a_killed_task_without_retries_fails_the_stage(local_ray, session_cache,
     from lenbench.generation.ray_executor import KILL_ENV
 
     monkeypatch.setenv(KILL_ENV, f"0:{tmp_path / 'killed'}")
-    with pytest.raises(ray.exceptions.RayError):
+    with pytest.raises(_ray().exceptions.RayError):
         _world(tmp_path / "cache", session_cache, "generation.executor=ray",
                "generation.ray_max_retries=0")

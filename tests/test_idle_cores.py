@@ -1,5 +1,5 @@
-"""A job of a fork pool sees the cores its running siblings leave free: the simulations of the
-last predictor still running may spread over the cores the others have finished with."""
+"""A job of a fork pool gets its fair share of the cores: split over the jobs running now, so the
+simulations of the last predictor still running spread over the cores the others have left."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _wait_for(condition, timeout: float = 20.0) -> None:
 
 
 @pytest.mark.skipif(not fork_pool.can_fork(), reason="needs fork")
-def test_a_job_sees_the_cores_its_running_siblings_leave(monkeypatch):
+def test_a_job_gets_the_cores_split_over_the_jobs_running_now(monkeypatch):
     monkeypatch.setattr(fork_pool, "usable_cores", lambda: 4)
     monkeypatch.delenv("LENBENCH_SIM_WORKERS", raising=False)
     first_done = multiprocessing.get_context("fork").Event()
@@ -37,7 +37,7 @@ def test_a_job_sees_the_cores_its_running_siblings_leave(monkeypatch):
         _wait_for(lambda: fork_pool._running.value == 1)  # the first has ended
         return fork_pool.idle_cores(), memo.workers()
 
-    assert list(fork_pool.run_forked([first, second], 2)) == [(3, 3), (4, 4)]
+    assert list(fork_pool.run_forked([first, second], 2)) == [(2, 2), (4, 4)]
 
 
 def test_outside_a_pool_every_core_is_idle(monkeypatch):

@@ -137,6 +137,7 @@ def run_on_ray(job: GenerateJob, out_dir: Path, workers: int = 1) -> tuple:
     gen = job.gen
     n_tasks = workers if workers > 1 else max(1, math.ceil(len(job.prompts) / gen.shard_prompts))
     owned = connect(gen.ray_address)
+    out_dir = out_dir.resolve()  # the tasks' working directory is not this one
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     try:
@@ -153,6 +154,10 @@ def run_on_ray(job: GenerateJob, out_dir: Path, workers: int = 1) -> tuple:
         if owned:
             ray.shutdown()
     seconds = time.perf_counter() - started
+    if not any(out_dir.glob("shard-*.parquet")):
+        raise RaySetupError(f"the Ray tasks finished but no shard is in {out_dir}: on a cluster, "
+                            "paths.cache_dir (LENBENCH_CACHE_DIR) must be a folder every node "
+                            "sees at the same path")
     labels, card = job(out_dir, 0, 1)  # every shard on disk: a merge, nothing generated
     card.update({"executor": "ray", "ray_tasks": n_tasks, "ray_processes": len(set(pids)),
                  "seconds_on_ray": seconds})

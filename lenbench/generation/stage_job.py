@@ -46,8 +46,13 @@ class GenerateJob:
         memoised in a closure, which does not pickle), and no bar (the caller shows one)."""
         from lenbench.models.loading import load_target
 
-        return replace(self, progress=False, load=partial(
-            load_target, self.target_path, self.model.dtype, self.device, self.model.revision))
+        # absolute paths: a task's working directory is not the caller's
+        target = str(Path(self.target_path).resolve()) if Path(self.target_path).exists() \
+            else self.target_path
+        return replace(self, progress=False, target_path=target,
+                       store=SampleStore(Path(self.store.folder).resolve()),
+                       load=partial(load_target, target, self.model.dtype, self.device,
+                                    self.model.revision))
 
     def __call__(self, out_dir: Path, worker_i: int, n_workers: int) -> tuple[pd.DataFrame, dict]:
         # tokenizer and EOS ids without weights: the HF model loads only if a shard is left to

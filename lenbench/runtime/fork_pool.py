@@ -37,14 +37,15 @@ def usable_cores() -> int:
 
 
 def idle_cores() -> int:
-    """The cores this process may use, less those its sibling jobs hold now: in a job of
-    `run_forked`, the cores the other running jobs leave (at least its own); elsewhere, all.
-    A job that ends its work after its siblings may then spread the rest over the free cores."""
+    """This process's fair share of the cores: in a job of `run_forked`, the usable cores split
+    evenly over the jobs running now (at least one); elsewhere, all of them. A job still running
+    after its siblings have finished may then spread its own work over the cores they left,
+    while jobs running side by side, each taking its share, never ask for more than there are."""
     if _running is None:
         return usable_cores()
     with _running.get_lock():
-        others = _running.value - 1
-    return max(1, usable_cores() - others)
+        running = max(_running.value, 1)
+    return max(1, usable_cores() // running)
 
 
 def _run(i: int) -> Any:

@@ -95,7 +95,8 @@ def board_text(readme: Path) -> str:
 
     def caption(world: str, link: re.Match) -> str:
         wordings = captions.get(link.group(1), [link.group(0)])
-        mine = [w.split(":* ", 1)[1] for w in wordings if w.startswith(f"*In {world}:* ")]
+        mine = [w.split(":* ", 1)[1] for w in wordings if w.startswith("*In ")
+                and world in w[len("*In "):].split(":* ", 1)[0].split("; ")]
         return mine[0] if mine else wordings[0]
 
     parts = readme.read_text(encoding="utf-8").split("\n## ")
