@@ -26,6 +26,7 @@ from lenbench.leaderboard.blocks import (
     Image,
     Items,
     Table,
+    Text,
 )
 from lenbench.leaderboard.cells import DASH, cell_text, mean
 from lenbench.leaderboard.greedy_beside_sampled import section_floor
@@ -307,7 +308,10 @@ def verdict_blocks(worlds: Sequence[World], out_dir: Path, written: set[Path]) -
     chosen = real_worlds(worlds)
     if not chosen:
         return []
-    blocks: list[Block] = [Heading(2, HEADING)]
+    blocks: list[Block] = [Heading(2, HEADING), Text(
+        "One table for each world of a real model with enough test prompts to rank predictors "
+        "on, newest first (the toy worlds and smaller ones follow in their own sections). What "
+        "the columns and marks mean is written under the last table.")]
     for world in chosen:
         picks = family_picks(world)
         if not picks:
