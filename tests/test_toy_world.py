@@ -38,7 +38,7 @@ def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
         raise _Worked("the default run trained or generated")
 
     monkeypatch.setattr("lenbench.models.toy.build_toy_model", refuse)
-    monkeypatch.setattr("lenbench.pipeline.make_generator", refuse)
+    monkeypatch.setattr("lenbench.generation.stage_job.make_generator", refuse)
 
 
 def test_the_default_run_loads_the_shipped_world_without_training_or_generating(
