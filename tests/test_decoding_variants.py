@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from lenbench.leaderboard.blocks import Table
-from lenbench.leaderboard.document import _main_table, family_note
+from lenbench.leaderboard.document import family_note
+from lenbench.leaderboard.main_table import main_table
 from lenbench.leaderboard.rows import build_rows
 from lenbench.results import Result
 from lenbench.results.add_median import add_median, median_variant
@@ -71,7 +72,7 @@ def test_a_variant_row_gets_its_paired_delta(e2e) -> None:
     results = [Result.from_mapping(json.loads(p.read_text()))
                for p in e2e.results_dir.rglob("*.json")]
     rows, _ = build_rows([r for r in results if r.status == "ok"])
-    table, ref = _main_table(rows, "mlp_probe")
+    table, ref = main_table(rows, "mlp_probe")
     col = table.header.index("Δ vs mlp_probe")
     cells = {row[0]: row[col] for row in table.rows}
     median = next(v for k, v in cells.items() if "bin_classifier (median)" in str(k))

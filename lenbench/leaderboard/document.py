@@ -51,8 +51,6 @@ from lenbench.scoring.comparisons import DEFAULT_REFERENCE
 
 __all__ = ["build_leaderboard", "gap_share_cell", "main", "world_title"]
 
-_main_table = main_table  # the name the tests of decoding variants know
-
 
 # ---------------------------------------------------------------------------------------------
 # document

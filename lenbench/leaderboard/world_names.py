@@ -19,9 +19,9 @@ def _shared(ok: list[Result], value: Callable[[Result], Any]) -> Any:
     return value(ok[0]) if len(values) == 1 else None
 
 
-def _sampling_words(ok: list[Result]) -> list[str]:
-    """How a build's labels were sampled, in words: greedy or a temperature, the cap, and the
-    samples a prompt (only what every result agrees on)."""
+def _sampling_words(ok: list[Result], samples_too: bool = True) -> list[str]:
+    """How a build's labels were sampled, in words: greedy or a temperature, the cap, and (with
+    `samples_too`) the samples a prompt (only what every result agrees on)."""
     sampling = _shared(ok, lambda r: (r.generation or {}).get("sampling")) or {}
     temperature, cap = sampling.get("temperature"), sampling.get("max_new_tokens")
     samples = _shared(ok, lambda r: (r.generation or {}).get("n_samples"))
@@ -30,7 +30,7 @@ def _sampling_words(ok: list[Result]) -> list[str]:
         words.append("greedy" if temperature == 0 else f"temperature {temperature:g}")
     if is_number(cap):
         words.append(f"cap {cap}")
-    if is_number(samples):
+    if samples_too and is_number(samples):
         words.append(f"{samples} sample{'' if samples == 1 else 's'} a prompt")
     return words
 
@@ -47,11 +47,9 @@ def world_title(dataset: str, model: str, ok: list[Result], fingerprint: str | N
     title = f"{name} / {model}"
     if not several_builds:
         return title
-    sampling = _shared(ok, lambda r: (r.generation or {}).get("sampling")) or {}
-    temperature, cap = sampling.get("temperature"), sampling.get("max_new_tokens")
-    if shipped and is_number(temperature):
-        how = "greedy" if temperature == 0 else f"temperature {temperature:g}"
-        return f"{title} ({how}" + (f", cap {cap})" if is_number(cap) else ")")
+    if shipped and (words := _sampling_words(ok, samples_too=False)) and \
+            words[0].startswith(("greedy", "temperature")):
+        return f"{title} ({', '.join(words)})"
     words = _sampling_words(ok)
     if words and all(_sampling_words(other) != words for other in siblings):
         return f"{title} ({', '.join(words)})"
